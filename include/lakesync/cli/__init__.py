@@ -1,0 +1,1 @@
+"""The `lakesync` command line."""

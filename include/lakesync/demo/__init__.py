@@ -1,0 +1,1 @@
+"""The demo database and its load generator."""

@@ -1,0 +1,1 @@
+"""The MySQL/MariaDB side: connections, server checks, schemas, snapshots and the binlog."""
