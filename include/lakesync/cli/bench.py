@@ -1,0 +1,25 @@
+"""``lakesync bench snapshot|relay|stream``: benchmarks that measure lakesync against its baselines in one run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCH_MODULES = ("lakesync.bench.snapshot", "lakesync.bench.relay", "lakesync.bench.stream")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks (figures and ratio to a baseline measured in the same run)",
+        description="Each benchmark builds its data on an embedded stack, measures a baseline and lakesync in the "
+                    "same run, and prints rows/s and the ratio (--json for one JSON object).",
+    )
+    benches = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
+    for module_name in BENCH_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name and module_name.startswith(exc.name)):
+                raise
+            continue
+        module.register(benches)

@@ -1,0 +1,87 @@
+"""``lakesync``: the command line.
+
+Each subcommand lives in its own module under :mod:`lakesync.cli` (or :mod:`lakesync.bench`) and registers
+itself with ``register(subparsers)``. This module only dispatches, and turns a :class:`LakesyncError`
+into a clear message and an exit code instead of a traceback (``--debug`` shows the chain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from lakesync import __version__
+from lakesync.errors import LakesyncError
+
+#: Command modules, in the order ``--help`` lists them.
+COMMAND_MODULES = (
+    "lakesync.cli.dev",
+    "lakesync.cli.demo",
+    "lakesync.cli.snapshot",
+    "lakesync.cli.relay",
+    "lakesync.cli.stream",
+    "lakesync.cli.status",
+    "lakesync.cli.validate",
+    "lakesync.cli.settle",
+    "lakesync.cli.bench",
+)
+
+DESCRIPTION = """\
+Keep Delta Lake tables in step with MySQL and MariaDB.
+
+Typical flow: `lakesync dev up` (embedded stack), `lakesync snapshot --pipeline demo` (full load),
+`lakesync relay --pipeline demo` (binlog -> Kafka), `lakesync stream --pipeline demo` (Kafka -> Delta),
+`lakesync status --pipeline demo`. In production, Airflow runs the same steps (see README).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakesync", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"lakesync {__version__}")
+    parser.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks on errors")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name and module_name.startswith(exc.name)):
+                raise
+            continue  # a command whose module is not part of this build
+        module.register(subparsers)
+    return parser
+
+
+def configure_logging(debug: bool) -> None:
+    level = logging.DEBUG if debug else getattr(logging, os.environ.get("LAKESYNC_LOG_LEVEL", "INFO").upper(), 20)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pymysqlreplication", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 0
+    configure_logging(args.debug)
+    try:
+        return int(args.func(args) or 0)
+    except LakesyncError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
