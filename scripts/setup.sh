@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install what lakesync needs on a Debian/Ubuntu machine, idempotently: the MariaDB server and client,
+# the MariaDB JDBC driver (for the Spark JDBC baseline), a Java runtime for Spark, Chromium (UI test),
+# then a virtualenv at .venv with the project installed. Re-running it does only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+need_apt=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-client)
+[ -f /usr/share/java/mariadb-java-client.jar ] || need_apt+=(libmariadb-java)
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+if [ "${LAKESYNC_SKIP_BROWSER:-0}" != "1" ]; then
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "==> installing system packages: ${need_apt[*]}"
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
+  # Debian's package starts a system MariaDB we don't use; lakesync runs its own on loopback.
+  $SUDO service mariadb stop >/dev/null 2>&1 || true
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating the virtualenv .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.lakesync-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "==> installing lakesync and its dependencies into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi
