@@ -1,0 +1,104 @@
+"""Settlement of data intervals against the real embedded MariaDB, landing in real Delta tables."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from deltalake import DeltaTable
+
+from lakesync.config import parse_pipeline
+from lakesync.demo.database import create_demo_database
+from lakesync.settlement import settle_table, validate_interval
+
+pytestmark = pytest.mark.integration
+
+DAY = timedelta(days=1)
+NOV_20 = datetime(2026, 11, 20, 2, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def pipeline(stack, fresh_database, tmp_path, monkeypatch):
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    with stack.mariadb.connect() as conn:
+        create_demo_database(conn, fresh_database)
+    return parse_pipeline(
+        {
+            "name": "settle",
+            "source": {"conn_id": "lakesync_demo_mysql", "database": fresh_database},
+            "tables": {"overrides": {"transactions": {"watermark": {"column": "updated_at"}}}},
+            "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_prefix": "t"},
+            "delta": {"root": str(tmp_path / "delta")},
+            "settlement": {"safety_window_seconds": 60},
+            "state_dir": str(tmp_path / "state"),
+        },
+        source_name="settle.yaml",
+    )
+
+
+def _book(mariadb, database: str, rows: list[tuple[int, str, str]]) -> None:
+    """Insert transactions (id, amount, updated_at) with explicit watermarks."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO `{database}`.transactions (id, account_no, amount, kind, reference, booked_at, updated_at)"
+            " VALUES (%s, 'AC0000000001', %s, 'deposit', 'ref', %s, %s)",
+            [(i, amount, ts, ts) for i, amount, ts in rows],
+        )
+
+
+def _rows(pipeline) -> list[tuple[int, str]]:
+    table = DeltaTable(pipeline.delta.table_uri("transactions")).to_pyarrow_table(columns=["id", "amount"])
+    return sorted((row["id"], str(row["amount"])) for row in table.to_pylist())
+
+
+def test_interval_reads_start_minus_window_to_end_minus_window(pipeline, mariadb, fresh_database):
+    _book(mariadb, fresh_database, [
+        (1, "1.00", "2026-11-19 01:58:59"),   # before the window: the previous interval's
+        (2, "2.00", "2026-11-19 01:59:00"),   # first second of the window (start - 60 s)
+        (3, "3.00", "2026-11-20 01:58:59.999999"),
+        (4, "4.00", "2026-11-20 01:59:00"),   # the safety window: left to the next interval
+    ])
+    result = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    assert (result.source_rows, result.inserted) == (2, 2)
+    assert _rows(pipeline) == [(2, "2.00"), (3, "3.00")]
+    following = settle_table(pipeline, "transactions", interval_start=NOV_20, interval_end=NOV_20 + DAY)
+    assert following.inserted == 1
+    assert _rows(pipeline) == [(2, "2.00"), (3, "3.00"), (4, "4.00")]
+
+
+def test_rerun_of_an_interval_changes_nothing(pipeline, mariadb, fresh_database):
+    _book(mariadb, fresh_database, [(i, f"{i}.50", "2026-11-19 12:00:00") for i in range(1, 51)])
+    first = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    version = DeltaTable(pipeline.delta.table_uri("transactions")).version()
+    again = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    assert (first.inserted, first.delta_version, first.run) == (50, version, 1)
+    assert (again.changed, again.delta_version, again.run) == (0, None, 1)
+    assert DeltaTable(pipeline.delta.table_uri("transactions")).version() == version
+    assert validate_interval(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)[
+        "differing"] == 0
+
+
+def test_rerun_after_source_changes_replaces_the_interval_effect(pipeline, mariadb, fresh_database):
+    _book(mariadb, fresh_database, [(i, "1.00", "2026-11-19 12:00:00") for i in range(1, 6)])
+    settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE `{fresh_database}`.transactions SET amount = 9.00, updated_at = updated_at WHERE id = 2")
+        cur.execute(f"DELETE FROM `{fresh_database}`.transactions WHERE id = 5")
+        cur.execute(f"UPDATE `{fresh_database}`.transactions SET updated_at = '2026-11-21 08:00:00' WHERE id = 3")
+    repair = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    assert (repair.updated, repair.deleted, repair.run) == (2, 1, 2)  # id 2 changed, id 3 moved on, id 5 gone
+    assert _rows(pipeline) == [(1, "1.00"), (2, "9.00"), (3, "1.00"), (4, "1.00")]
+    history = DeltaTable(pipeline.delta.table_uri("transactions")).history(1)[0]
+    assert history["lakesync.settlement.interval_start"] == (NOV_20 - DAY).isoformat()
+    assert history["lakesync.settlement.run"] == "2"
+
+
+def test_empty_interval_is_still_marked_settled_once(pipeline, mariadb, fresh_database):
+    _book(mariadb, fresh_database, [(1, "1.00", "2026-11-19 12:00:00")])
+    settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    empty = settle_table(pipeline, "transactions", interval_start=NOV_20, interval_end=NOV_20 + DAY)
+    again = settle_table(pipeline, "transactions", interval_start=NOV_20, interval_end=NOV_20 + DAY)
+    table = DeltaTable(pipeline.delta.table_uri("transactions"))
+    assert empty.delta_version == table.version() and again.delta_version is None
+    assert table.transaction_version(f"settlement:transactions:{NOV_20:%Y%m%dT%H%M%SZ}") == 1
