@@ -1,0 +1,153 @@
+"""The relay's durable progress, kept the Kafka Connect way: a compacted offsets topic.
+
+Topic ``<prefix>._lakesync_offsets`` (one partition, ``cleanup.policy=compact``); record key = the relay id
+(``<pipeline>/<server id>``), value = JSON::
+
+    {"version": 1, "position": {"file", "offset", "row", "gtid"},
+     "covered_from": {...}, "updated_ms": 1700000000000}
+
+``position`` is a transaction end: every change before it is acknowledged by the broker. ``covered_from``
+is the first position this relay ever published from; the stream's gap check needs the relay's coverage
+to reach back to the full load's position (:func:`covered_range`). The last record for a key wins.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from lakesync.config import Pipeline
+from lakesync.connections import kafka_client_config
+from lakesync.errors import BrokerError
+from lakesync.positions import SourcePosition
+from lakesync.relay.publisher import Publisher
+
+OFFSETS_TOPIC_TABLE = "_lakesync_offsets"
+FORMAT_VERSION = 1
+
+
+def offsets_topic(pipeline: Pipeline) -> str:
+    return f"{pipeline.kafka.topic_prefix}.{OFFSETS_TOPIC_TABLE}"
+
+
+def relay_id(pipeline: Pipeline) -> str:
+    return f"{pipeline.name}/{pipeline.source.server_id}"
+
+
+def _position_json(position: SourcePosition) -> dict[str, Any]:
+    return {"file": position.file, "offset": position.offset, "row": position.row, "gtid": position.gtid}
+
+
+def _position_from(document: Mapping[str, Any]) -> SourcePosition:
+    return SourcePosition(str(document["file"]), int(document["offset"]), int(document.get("row") or 0),
+                          document.get("gtid") or None)
+
+
+@dataclass(frozen=True)
+class RelayProgress:
+    """Where the relay has published everything up to (``position``), and since when (``covered_from``)."""
+
+    position: SourcePosition
+    covered_from: SourcePosition
+    updated_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "version": FORMAT_VERSION,
+            "position": _position_json(self.position),
+            "covered_from": _position_json(self.covered_from),
+            "updated_ms": self.updated_ms,
+        }).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> RelayProgress:
+        document = json.loads(raw)
+        return cls(_position_from(document["position"]), _position_from(document["covered_from"]),
+                   int(document.get("updated_ms") or 0))
+
+
+class ProgressStore:
+    """Reads and writes one relay's progress in the offsets topic."""
+
+    def __init__(self, client_config: Mapping[str, str], *, topic: str, relay: str) -> None:
+        self._client_config = dict(client_config)
+        self.topic = topic
+        self.relay = relay
+
+    @classmethod
+    def for_pipeline(cls, pipeline: Pipeline) -> ProgressStore:
+        return cls(kafka_client_config(pipeline), topic=offsets_topic(pipeline), relay=relay_id(pipeline))
+
+    def ensure_topic(self, publisher: Publisher) -> None:
+        publisher.ensure_topic(self.topic, partitions=1, config={"cleanup.policy": "compact"})
+
+    def save(self, progress: RelayProgress, publisher: Publisher) -> None:
+        """Write ``progress`` and wait for the broker's acknowledgement.
+
+        The caller must have flushed the data records first: progress never runs ahead of the data.
+        """
+        publisher.send(self.topic, self.relay.encode(), progress.to_json(), [])
+        publisher.flush()
+
+    def load(self, *, timeout: float = 10.0, settle_seconds: float = 0.5) -> RelayProgress | None:
+        """The last progress stored for this relay, or None when it never stored any.
+
+        Reads the whole (compacted) topic from the start. The embedded broker reports a wrong high
+        watermark, so reading goes on past it until nothing more arrives for ``settle_seconds``.
+        """
+        consumer = Consumer({
+            **self._client_config,
+            "group.id": f"lakesync-relay-offsets-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": "false",
+            "enable.partition.eof": "false",
+        })
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                return None
+            partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+            high = sum(consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in partitions)
+            if high <= 0:
+                return None
+            consumer.assign(partitions)
+            latest: RelayProgress | None = None
+            key = self.relay.encode()
+            deadline = time.monotonic() + timeout
+            seen_last = False
+            while True:
+                message = consumer.poll(settle_seconds)
+                if message is None:
+                    if seen_last or time.monotonic() > deadline:
+                        break
+                    continue
+                if message.error():
+                    raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {message.error()}")
+                if message.offset() >= high - 1:
+                    seen_last = True
+                if message.key() == key and message.value():
+                    latest = RelayProgress.from_json(message.value())
+            return latest
+        except KafkaException as exc:
+            raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {exc}",
+                              hint="check that the broker is up") from exc
+        finally:
+            consumer.close()
+
+
+def covered_range(pipeline: Pipeline) -> tuple[str, str] | None:
+    """``(from_key, to_key)``: the positions (:meth:`SourcePosition.key`) the relay has published.
+
+    ``from_key`` is where the relay first started, ``to_key`` its last acknowledged transaction end; None
+    when the relay has never stored progress. The stream's gap check compares the full load's position
+    with ``from_key``: a load position before it means changes in between were never published.
+    """
+    progress = ProgressStore.for_pipeline(pipeline).load()
+    if progress is None:
+        return None
+    return progress.covered_from.key(), progress.position.key()

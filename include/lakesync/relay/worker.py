@@ -1,0 +1,308 @@
+"""The relay: binlog -> Kafka, one topic per table, with durable progress.
+
+:class:`Relay` is lakesync's own small Kafka Connect source worker. It checks the source (binlog settings,
+the start position still on the server, a unique server id), picks its start position, streams the
+selected tables' row changes to ``<prefix>.<db>.<table>`` (Debezium envelope, key = primary key) and DDL
+to ``<prefix>.<db>._schema``, and stores its progress in the offsets topic only at transaction ends and
+only after the broker acknowledged every record before it. After a crash it resumes from that progress;
+events re-sent from there are harmless because the sink orders changes by their source position.
+
+Start position, first found wins: ``from_position`` (``--from-position``) > the stored progress > the
+position the last full load recorded (``<pipeline state dir>/full_load.json``) > the server's current
+position. The choice is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from lakesync.config import Pipeline
+from lakesync.connections import kafka_client_config, mysql_connection
+from lakesync.envelope import SCHEMA_TOPIC_TABLE, ChangeEvent, SchemaChangeEvent, encode, encode_schema_change
+from lakesync.errors import BrokerError, LakesyncError, SchemaChangeError, SourceError
+from lakesync.positions import SourcePosition
+from lakesync.relay.offsets import ProgressStore, RelayProgress
+from lakesync.relay.publisher import Publisher
+from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd
+from lakesync.source.ddl import DROP_DATABASE, UNKNOWN, DdlChange, parse_ddl
+from lakesync.source.server_checks import (
+    binary_logs,
+    check_binlog_settings,
+    check_position_available,
+    check_server_id_unique,
+    current_position,
+)
+
+log = logging.getLogger(__name__)
+
+FULL_LOAD_FILE = "full_load.json"
+
+
+@dataclass
+class Lag:
+    """How far the relay is behind the source: by commit time and by binlog bytes."""
+
+    seconds: float
+    bytes: int
+
+
+@dataclass
+class RelayStats:
+    """What one :meth:`Relay.run` did (returned when it stops)."""
+
+    start: SourcePosition
+    start_origin: str
+    events: int = 0
+    schema_changes: int = 0
+    transactions: int = 0
+    position: SourcePosition | None = None
+    elapsed_seconds: float = 0.0
+    tables: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+
+def full_load_position(pipeline: Pipeline) -> SourcePosition | None:
+    """The position the last full load recorded, or None when there is none (or it can't be read)."""
+    path = pipeline.pipeline_state_dir / FULL_LOAD_FILE
+    if not path.exists():
+        return None
+    try:
+        document = json.loads(path.read_text())
+        position = document["position"]
+        return SourcePosition(str(position["file"]), int(position["offset"]), 0, position.get("gtid") or None)
+    except (OSError, ValueError, KeyError, TypeError, LakesyncError) as exc:
+        log.warning("ignoring %s: it has no readable position (%s)", path, exc)
+        return None
+
+
+class Relay:
+    """One pipeline's relay. ``run`` streams until stopped, idle, or ``max_events``."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        progress_interval_seconds: float = 1.0,
+        heartbeat_seconds: float = 1.0,
+        log_every_seconds: float = 10.0,
+        blocking: bool = True,
+    ) -> None:
+        self.pipeline = pipeline
+        self.progress_interval = progress_interval_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.log_every = log_every_seconds
+        self.blocking = blocking
+        self.database = pipeline.source.database
+        self._mysql = mysql_connection(pipeline)
+        self._kafka = kafka_client_config(pipeline)
+        self.store = ProgressStore.for_pipeline(pipeline)
+        self._stop_requested = False
+        self._position: SourcePosition | None = None
+        self._last_ts_ms = 0
+        self._caught_up = False
+        self._key_overrides = {
+            table: tuple(settings.key_columns)
+            for table, settings in pipeline.tables.overrides.items() if settings.key_columns
+        }
+
+    # -- control --------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask a running :meth:`run` to stop at the next event or heartbeat (signal handlers call this)."""
+        self._stop_requested = True
+
+    def _connect(self) -> Any:
+        try:
+            return pymysql.connect(**self._mysql.pymysql_kwargs(), autocommit=True)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"cannot connect to the source {self._mysql.describe()}: {exc}") from exc
+
+    def lag(self, conn: Any | None = None) -> Lag:
+        """Seconds since the last relayed commit (0 when caught up) and binlog bytes not yet read."""
+        seconds = 0.0 if self._caught_up or not self._last_ts_ms else max(0.0, time.time() - self._last_ts_ms / 1000)
+        if self._position is None:
+            return Lag(seconds, 0)
+        own = conn is None
+        conn = conn or self._connect()
+        try:
+            behind = 0
+            for name, size in binary_logs(conn):
+                if name == self._position.file:
+                    behind += max(0, size - self._position.offset)
+                elif SourcePosition(name, 0) > SourcePosition(self._position.file, 0):
+                    behind += size
+            return Lag(seconds, behind)
+        finally:
+            if own:
+                conn.close()
+
+    # -- start position -------------------------------------------------------------------------------
+    def _start_position(self, conn: Any, explicit: SourcePosition | None, stored: RelayProgress | None
+                        ) -> tuple[SourcePosition, str]:
+        if explicit is not None:
+            return explicit, "--from-position"
+        if stored is not None:
+            return stored.position, f"stored progress in {self.store.topic}"
+        loaded = full_load_position(self.pipeline)
+        if loaded is not None:
+            return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / FULL_LOAD_FILE})"
+        return current_position(conn), "the server's current position (no progress, no full load yet)"
+
+    # -- DDL ------------------------------------------------------------------------------------------
+    def _selected(self, table: str) -> bool:
+        return bool(table) and table != SCHEMA_TOPIC_TABLE and self.pipeline.tables.selects(table)
+
+    def _schema_events(self, item: DdlStatement) -> list[SchemaChangeEvent]:
+        out = []
+        for change in parse_ddl(item.sql, default_db=item.schema or self.database):
+            if change.kind == DROP_DATABASE:
+                if change.db == self.database:
+                    out.append(self._schema_event(change, item, table=""))
+                continue
+            ours = change.db == self.database and self._selected(change.table)
+            renamed_in = change.new_db == self.database and self._selected(change.new_table or "")
+            if not (ours or renamed_in):
+                continue
+            if change.kind == UNKNOWN:
+                raise SchemaChangeError(
+                    f"cannot understand a DDL statement on the selected table {change.db}.{change.table} at "
+                    f"{item.position}: {change.reason}\n    {item.sql.strip()[:500]}",
+                    hint="apply the change to the Delta table by hand (or re-run the full load for this table), "
+                    f"then restart the relay with --from-position after this statement "
+                    f"({item.position.file}:{item.position.offset})",
+                )
+            out.append(self._schema_event(change, item, table=change.table))
+        return out
+
+    def _schema_event(self, change: DdlChange, item: DdlStatement, *, table: str) -> SchemaChangeEvent:
+        return SchemaChangeEvent(
+            db=change.db, table=table, kind=change.kind, ddl=item.sql, position=item.position, ts_ms=item.ts_ms,
+            changes=list(change.changes), new_table=change.new_table,
+            server_id=self.pipeline.source.server_id, name=self.pipeline.kafka.topic_prefix,
+        )
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def run(
+        self,
+        from_position: SourcePosition | None = None,
+        stop_when_idle_seconds: float | None = None,
+        max_events: int | None = None,
+    ) -> RelayStats:
+        """Stream changes until :meth:`stop`, ``stop_when_idle_seconds`` without changes, or ``max_events``."""
+        conn = self._connect()
+        publisher = Publisher(self._kafka)
+        try:
+            check_binlog_settings(conn)
+            check_server_id_unique(conn, self.pipeline.source.server_id)
+            self.store.ensure_topic(publisher)
+            stored = self.store.load()
+            start, origin = self._start_position(conn, from_position, stored)
+            check_position_available(conn, start)
+            covered_from = start
+            if stored is not None and start <= stored.position:
+                covered_from = min(stored.covered_from, start)
+            log.info("relay %s starting at %s, from %s; coverage since %s",
+                     self.store.relay, start, origin, covered_from)
+            stats = RelayStats(start=start, start_origin=origin, position=start)
+            self._position = start
+            self.store.save(RelayProgress(start, covered_from, int(time.time() * 1000)), publisher)
+            self._stream(conn, publisher, stats, covered_from, stop_when_idle_seconds, max_events)
+            return stats
+        finally:
+            publisher.close()
+            conn.close()
+
+    def _stream(self, conn: Any, publisher: Publisher, stats: RelayStats, covered_from: SourcePosition,
+                stop_when_idle: float | None, max_events: int | None) -> None:
+        pipeline = self.pipeline
+        source = BinlogSource(
+            self._mysql.pymysql_kwargs(), server_id=pipeline.source.server_id, database=self.database,
+            start=stats.start, selects=self._selected, key_overrides=self._key_overrides,
+            name=pipeline.kafka.topic_prefix, blocking=self.blocking, heartbeat_seconds=self.heartbeat_seconds,
+        )
+        topics: dict[str, str] = {}
+        partitions = pipeline.kafka.partitions
+        send = publisher.send
+        started = time.monotonic()
+        last_save = last_log = last_activity = started
+        saved = committed = stats.start
+        logged_events = events_seen = 0
+
+        def checkpoint() -> None:
+            nonlocal saved, last_save
+            publisher.flush()
+            if committed != saved:
+                self.store.save(RelayProgress(committed, covered_from, int(time.time() * 1000)), publisher)
+                saved = committed
+            self._position = committed
+            stats.position = committed
+            last_save = time.monotonic()
+
+        try:
+            for item in source:
+                if type(item) is ChangeEvent:
+                    topic = topics.get(item.table)
+                    if topic is None:
+                        topic = topics[item.table] = pipeline.topic(item.table)
+                        publisher.ensure_topic(topic, partitions=partitions)
+                    key, value, headers = encode(item)
+                    send(topic, key, value, headers)
+                    stats.events += 1
+                    stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
+                    if max_events is not None and stats.events >= max_events:
+                        break
+                    continue
+                now = time.monotonic()
+                if stats.events != events_seen:
+                    last_activity, events_seen = now, stats.events
+                if type(item) is TransactionEnd:
+                    committed = item.position
+                    stats.transactions += 1
+                    self._last_ts_ms = item.ts_ms
+                    self._caught_up = False
+                elif type(item) is DdlStatement:
+                    last_activity = now
+                    for change in self._schema_events(item):
+                        topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+                        publisher.ensure_topic(topic, partitions=1)
+                        send(topic, *encode_schema_change(change))
+                        stats.schema_changes += 1
+                elif type(item) is Heartbeat:
+                    self._caught_up = True
+                if now - last_save >= self.progress_interval or type(item) is Heartbeat:
+                    checkpoint()
+                if now - last_log >= self.log_every:
+                    self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
+                    last_log, logged_events = now, stats.events
+                if self._stop_requested:
+                    break
+                if stop_when_idle is not None and now - last_activity >= stop_when_idle:
+                    log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
+                    break
+            checkpoint()
+        except BrokerError:
+            raise  # never store progress past unacknowledged data
+        except LakesyncError:
+            checkpoint()  # everything up to the last transaction end is safe; then report the problem
+            raise
+        finally:
+            source.close()
+            stats.elapsed_seconds = time.monotonic() - started
+            log.info("relay stopped at %s: %d events, %d transactions, %d schema changes in %.1f s",
+                     stats.position, stats.events, stats.transactions, stats.schema_changes, stats.elapsed_seconds)
+
+    def _log_progress(self, conn: Any, stats: RelayStats, events: int, seconds: float) -> None:
+        try:
+            lag = self.lag(conn)
+        except pymysql.err.MySQLError:
+            lag = Lag(0.0, -1)
+        log.info("relay at %s: %d events (%.0f/s), lag %.1f s / %d bytes",
+                 stats.position, stats.events, events / seconds if seconds else 0.0, lag.seconds, lag.bytes)

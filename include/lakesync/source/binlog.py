@@ -1,0 +1,364 @@
+"""Reading row changes from the binlog with python-mysql-replication, each with its source position.
+
+:class:`BinlogSource` yields, in binlog order:
+
+* :class:`~lakesync.envelope.ChangeEvent` for each row of a selected table, at position
+  ``(file, end offset of the rows event, row index + 1)`` with the transaction's GTID;
+* :class:`TransactionEnd` after each commit (XID event, ``COMMIT`` query, or a DDL's implicit commit):
+  the only places where progress may be stored, so a resume never starts inside a transaction;
+* :class:`DdlStatement` for each statement that is not ``BEGIN``/``COMMIT`` (the relay parses it);
+* :class:`Heartbeat` when the source is idle (the server sends heartbeats every ``heartbeat_seconds``).
+
+Rows are decoded with the columns of the binlog's own table-map event (``binlog_row_metadata=FULL``
+gives names, signedness, charsets, ENUM/SET values and the primary key), never with today's
+``information_schema``: python-mysql-replication 1.0.17 reads ``optional_metadata`` when the server has
+``binlog_row_metadata=FULL`` and only falls back to ``information_schema`` when names are missing *and*
+``use_column_name_cache=True``, which we never set. (Its ``is_mariadb=True`` mode ignores ``log_file`` /
+``log_pos`` and streams from the first binlog, so we use the classic file/position dump on MariaDB too;
+MariaDB GTID events still arrive and are decoded.)
+
+A primary-key change is a delete of the old key and a create of the new one, as Debezium emits it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from lakesync import types as lakesync_types
+from lakesync.envelope import ChangeEvent
+from lakesync.errors import BinlogPurgedError, SourceError
+from lakesync.positions import SourcePosition
+
+#: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
+_FL_STANDALONE = 0x01
+_MISSING_BINLOG_ERRORS = (1236,)  # ER_MASTER_FATAL_ERROR_READING_BINLOG: file purged or position invalid
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    """A commit: every change before ``position`` is complete; resuming from here is safe."""
+
+    position: SourcePosition
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DdlStatement:
+    """A statement (DDL) in ``schema`` (the session's default database), ending its own transaction."""
+
+    sql: str
+    schema: str
+    position: SourcePosition
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The source had nothing to send for a while; ``at`` is when we noticed (epoch seconds)."""
+
+    at: float
+
+
+SourceItem = ChangeEvent | TransactionEnd | DdlStatement | Heartbeat
+
+# -- values -> lakesync's JSON form ------------------------------------------------------------------------
+# The rules (docs/events.md): DECIMAL -> string; DATETIME -> ISO string without zone; TIMESTAMP -> ISO string
+# in UTC with "+00:00"; DATE -> "YYYY-MM-DD"; TIME -> microseconds (signed int); binary -> base64; SET ->
+# comma-separated members in definition order; JSON -> its text; BIT -> int. Everything else is already JSON.
+
+_DATA_TYPES = {
+    FIELD_TYPE.TINY: "tinyint", FIELD_TYPE.SHORT: "smallint", FIELD_TYPE.INT24: "mediumint",
+    FIELD_TYPE.LONG: "int", FIELD_TYPE.LONGLONG: "bigint", FIELD_TYPE.FLOAT: "float",
+    FIELD_TYPE.DOUBLE: "double", FIELD_TYPE.NEWDECIMAL: "decimal", FIELD_TYPE.DECIMAL: "decimal",
+    FIELD_TYPE.DATE: "date", FIELD_TYPE.NEWDATE: "date", FIELD_TYPE.DATETIME: "datetime",
+    FIELD_TYPE.DATETIME2: "datetime", FIELD_TYPE.TIMESTAMP: "timestamp", FIELD_TYPE.TIMESTAMP2: "timestamp",
+    FIELD_TYPE.TIME: "time", FIELD_TYPE.TIME2: "time", FIELD_TYPE.YEAR: "year", FIELD_TYPE.BIT: "bit",
+    FIELD_TYPE.JSON: "json", FIELD_TYPE.ENUM: "enum", FIELD_TYPE.SET: "set", FIELD_TYPE.GEOMETRY: "geometry",
+}
+_PASSTHROUGH = frozenset({"tinyint", "smallint", "mediumint", "int", "float", "double", "year", "enum",
+                          "varchar", "char", "text"})
+
+
+def _data_type(column: Any) -> str:
+    if column.type in _DATA_TYPES:
+        return _DATA_TYPES[column.type]
+    binary = column.character_set_name in (None, "binary")
+    if column.type in (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING):
+        return "varbinary" if binary else "varchar"
+    if column.type == FIELD_TYPE.STRING:
+        return "binary" if binary else "char"
+    if column.type in (FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB):
+        return "blob" if binary else "text"
+    return "unknown"
+
+
+def column_spec(column: Any) -> lakesync_types.ColumnSpec:
+    """The :class:`~lakesync.types.ColumnSpec` of a table-map column (what the binlog says it is)."""
+    data_type = _data_type(column)
+    column_type = data_type
+    if data_type == "decimal":
+        column_type = f"decimal({column.precision},{column.decimals})"
+    elif data_type in ("datetime", "timestamp", "time") and getattr(column, "fsp", 0):
+        column_type = f"{data_type}({column.fsp})"
+    elif data_type in ("enum", "set"):
+        members = column.enum_values if data_type == "enum" else column.set_values
+        column_type = f"{data_type}(" + ",".join("'" + str(v).replace("'", "''") + "'" for v in members or ()) + ")"
+    if column.unsigned:
+        column_type += " unsigned"
+    members = tuple(str(v) for v in (column.enum_values or column.set_values or ()))
+    return lakesync_types.ColumnSpec(
+        name=column.name, data_type=data_type, column_type=column_type,
+        charset=column.character_set_name, enum_values=members,
+    )
+
+
+def _types_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
+    """:func:`lakesync.types.json_converter` for binlog values, or None while the type map is a stub."""
+    factory = getattr(lakesync_types, "json_converter", None)
+    if factory is None:
+        return None
+    try:
+        return factory(spec, binlog=True)
+    except NotImplementedError:
+        return None
+
+
+def _time_micros(value: dt.timedelta) -> int:
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
+def _timestamp_utc(value: dt.datetime) -> str:
+    # python-mysql-replication builds TIMESTAMP values with datetime.fromtimestamp (local time, naive).
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _minimal_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
+    """The built-in JSON form, used while :func:`lakesync.types.json_value` is not available."""
+    kind = spec.data_type
+    if kind == "decimal":
+        return str
+    if kind == "datetime":
+        return lambda v: v.isoformat(timespec="microseconds") if isinstance(v, dt.datetime) else v
+    if kind == "timestamp":
+        return lambda v: _timestamp_utc(v) if isinstance(v, dt.datetime) else v
+    if kind == "date":
+        return lambda v: v.isoformat() if isinstance(v, dt.date) else v
+    if kind == "time":
+        return lambda v: _time_micros(v) if isinstance(v, dt.timedelta) else v
+    if kind == "set":
+        order = {member: i for i, member in enumerate(spec.enum_values)}
+        return lambda v: ",".join(sorted(v, key=lambda m: order.get(m, len(order)))) if isinstance(v, set) else v
+    if kind == "json":
+        return lambda v: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str)
+    if kind == "bit":
+        return lambda v: int(v, 2) if isinstance(v, str) else v
+    if kind == "bigint":
+        return None
+    return lambda v: base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else (
+        str(v) if isinstance(v, Decimal) else v)
+
+
+class _RowConverter:
+    """Per-table-map value conversion, built once per table-map and applied in place to each row."""
+
+    __slots__ = ("converters", "key_columns", "set_columns")
+
+    def __init__(self, columns: list[Any], key_columns: tuple[str, ...]) -> None:
+        self.converters: list[tuple[str, Callable[[Any], Any]]] = []
+        self.set_columns: tuple[str, ...] = ()
+        for column in columns:
+            spec = column_spec(column)
+            if spec.data_type == "set":
+                self.set_columns += (column.name,)
+            if spec.data_type in _PASSTHROUGH:
+                continue
+            convert = _types_converter(spec) or _minimal_converter(spec)
+            if convert is not None:
+                self.converters.append((column.name, convert))
+        self.key_columns = key_columns
+
+    def __call__(self, row: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
+        for name, convert in self.converters:
+            value = row[name]
+            if value is not None:
+                row[name] = convert(value)
+        if none_sources and self.set_columns:
+            for name in self.set_columns:
+                if none_sources.get(name) == "empty set":
+                    row[name] = ""  # the decoder returns None for an empty SET; it is not NULL
+        return row
+
+
+def _primary_key(table_pk: Any) -> tuple[str, ...]:
+    if not table_pk:
+        return ()
+    return (table_pk,) if isinstance(table_pk, str) else tuple(table_pk)
+
+
+class BinlogSource:
+    """An iterator over the changes of one database's selected tables, from ``start`` on.
+
+    ``selects(table)`` says whether a table is replicated; ``key_overrides`` gives key columns for tables
+    without a primary key (the pipeline's ``key_columns``). ``blocking=False`` stops at the end of the
+    binlog (benchmarks, tests); otherwise the source waits for new events and sends heartbeats.
+    """
+
+    def __init__(
+        self,
+        connection: Mapping[str, Any],
+        *,
+        server_id: int,
+        database: str,
+        start: SourcePosition,
+        selects: Callable[[str], bool],
+        key_overrides: Mapping[str, tuple[str, ...]] | None = None,
+        name: str = "lakesync",
+        blocking: bool = True,
+        heartbeat_seconds: float = 1.0,
+    ) -> None:
+        self._connection = dict(connection)
+        self._server_id = server_id
+        self._database = database
+        self._start = start
+        self._selects = selects
+        self._key_overrides = dict(key_overrides or {})
+        self._name = name
+        self._blocking = blocking
+        self._heartbeat = heartbeat_seconds
+        self._converters: dict[int, tuple[Any, _RowConverter]] = {}
+        self._selected: dict[str, bool] = {}
+        self._reader: BinLogStreamReader | None = None
+
+    def _open(self) -> BinLogStreamReader:
+        return BinLogStreamReader(
+            connection_settings=dict(self._connection),
+            server_id=self._server_id,
+            log_file=self._start.file,
+            log_pos=self._start.offset,
+            resume_stream=True,
+            blocking=self._blocking,
+            only_schemas=[self._database],
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
+                         GtidEvent, MariadbGtidEvent, RotateEvent, HeartbeatLogEvent],
+            slave_heartbeat=self._heartbeat if self._blocking else None,
+            report_slave=f"lakesync-{self._name}",
+            enable_logging=False,
+        )
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _is_selected(self, table: str) -> bool:
+        selected = self._selected.get(table)
+        if selected is None:
+            selected = self._selected[table] = bool(self._selects(table))
+        return selected
+
+    def _converter(self, event: Any) -> _RowConverter:
+        table_obj = event.table_map[event.table_id]
+        cached = self._converters.get(event.table_id)
+        if cached is not None and cached[0] is table_obj:
+            return cached[1]
+        key = _primary_key(event.primary_key) or tuple(self._key_overrides.get(event.table, ()))
+        converter = _RowConverter(event.columns, key)
+        self._converters[event.table_id] = (table_obj, converter)
+        return converter
+
+    def __iter__(self) -> Iterator[SourceItem]:
+        self._reader = self._open()
+        file = self._start.file
+        gtid: str | None = None
+        in_transaction = False
+        database, name, server_id = self._database, self._name, self._server_id
+        try:
+            for event in self._reader:
+                event_type = type(event)
+                log_pos = event.packet.log_pos
+                if event_type is WriteRowsEvent or event_type is UpdateRowsEvent or event_type is DeleteRowsEvent:
+                    if not self._is_selected(event.table):
+                        continue
+                    convert = self._converter(event)
+                    key_columns = convert.key_columns
+                    ts_ms = event.timestamp * 1000
+                    table = event.table
+                    for index, row in enumerate(event.rows, start=1):
+                        pos = SourcePosition(file, log_pos, index, gtid)
+                        if event_type is UpdateRowsEvent:
+                            before = convert(row["before_values"], row.get("before_none_sources"))
+                            after = convert(row["after_values"], row.get("after_none_sources"))
+                            if key_columns and any(before[c] != after[c] for c in key_columns):
+                                yield ChangeEvent("d", database, table, before, None, pos, ts_ms,
+                                                  {c: before[c] for c in key_columns}, False, server_id, name)
+                                yield ChangeEvent("c", database, table, None, after, pos, ts_ms,
+                                                  {c: after[c] for c in key_columns}, False, server_id, name)
+                                continue
+                            op, image = "u", after
+                        elif event_type is WriteRowsEvent:
+                            before, after = None, convert(row["values"], row.get("none_sources"))
+                            op, image = "c", after
+                        else:
+                            before, after = convert(row["values"], row.get("none_sources")), None
+                            op, image = "d", before
+                        key = {c: image[c] for c in key_columns} if key_columns else None
+                        yield ChangeEvent(op, database, table, before, after, pos, ts_ms, key,
+                                          not key_columns, server_id, name)
+                elif event_type is XidEvent:
+                    in_transaction = False
+                    yield TransactionEnd(SourcePosition(file, log_pos, 0, gtid), event.timestamp * 1000)
+                elif event_type is MariadbGtidEvent:
+                    gtid = event.gtid
+                    in_transaction = not (event.flags & _FL_STANDALONE)
+                elif event_type is GtidEvent:
+                    gtid = event.gtid
+                elif event_type is QueryEvent:
+                    sql = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+                    statement = sql.strip().upper()
+                    if statement == "BEGIN":
+                        in_transaction = True
+                        continue
+                    position = SourcePosition(file, log_pos, 0, gtid)
+                    ts_ms = event.timestamp * 1000
+                    if statement in ("COMMIT", "ROLLBACK"):
+                        in_transaction = False
+                        yield TransactionEnd(position, ts_ms)
+                        continue
+                    schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
+                    yield DdlStatement(sql, schema, position, ts_ms)
+                    if not in_transaction:
+                        yield TransactionEnd(position, ts_ms)
+                elif event_type is RotateEvent:
+                    file = event.next_binlog
+                elif event_type is HeartbeatLogEvent:
+                    yield Heartbeat(dt.datetime.now().timestamp())
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else None
+            if code in _MISSING_BINLOG_ERRORS:
+                raise BinlogPurgedError(
+                    f"the source cannot stream from {self._start.token()}: {exc.args[1] if len(exc.args) > 1 else exc}",
+                    hint="the binlog was purged or the position is not an event boundary; re-run the full load",
+                ) from exc
+            raise SourceError(f"lost the binlog stream: {exc}", hint="check the source server; the relay "
+                              "resumes from its stored progress when restarted") from exc
+        finally:
+            self.close()
