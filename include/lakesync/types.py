@@ -466,34 +466,72 @@ def json_value(column: ColumnSpec, value: Any, *, binlog: bool = False) -> Any:
     return plan.to_json_binlog(value) if binlog else plan.to_json(value)
 
 
+@lru_cache(maxsize=1024)
+def _row_converters(
+    columns: tuple[ColumnSpec, ...], binlog: bool
+) -> tuple[tuple[str, Callable[[Any], Any], bool], ...]:
+    """Per column of a row: its name, its JSON converter and whether it is a SET; built once per table."""
+    return tuple(
+        (
+            column.name,
+            _column_plan(column).to_json_binlog if binlog else _column_plan(column).to_json,
+            column.data_type.lower() == "set",
+        )
+        for column in columns
+    )
+
+
+def binlog_row_json_converter(
+    columns: Sequence[ColumnSpec],
+) -> Callable[[Mapping[str, Any], Mapping[str, str] | None], dict[str, Any]]:
+    """A function from a binlog row image (``row["values"]``, ``row["none_sources"]`` of
+    python-mysql-replication) to its JSON form, keyed by column name in column order. Build it once per
+    table and call it per row.
+
+    The decoder returns None for an empty SET and says so in ``none_sources``; that becomes ``''``."""
+    plan = _row_converters(tuple(columns), True)
+
+    def convert_row(values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name, convert, is_set in plan:
+            value = values.get(name)
+            if value is not None:
+                row[name] = convert(value)
+            elif is_set and none_sources and none_sources.get(name) == "empty set":
+                row[name] = ""
+            else:
+                row[name] = None
+        return row
+
+    return convert_row
+
+
+def db_row_json_converter(columns: Sequence[ColumnSpec]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+    """A function from a PyMySQL row tuple (columns in ``columns`` order) to its JSON form, keyed by
+    column name. Build it once per table and call it per row."""
+    plan = [(name, convert) for name, convert, _ in _row_converters(tuple(columns), False)]
+
+    def convert_row(row: Sequence[Any]) -> dict[str, Any]:
+        return {
+            name: None if value is None else convert(value)
+            for (name, convert), value in zip(plan, row, strict=True)
+        }
+
+    return convert_row
+
+
 def json_row_from_binlog(
     columns: Sequence[ColumnSpec],
     values: Mapping[str, Any],
     none_sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A binlog row image (``row["values"]`` and ``row["none_sources"]`` of python-mysql-replication) in
-    JSON form, keyed by column name in column order.
-
-    The decoder returns None for an empty SET and says so in ``none_sources``; that becomes ``''``."""
-    none_sources = none_sources or {}
-    row: dict[str, Any] = {}
-    for column in columns:
-        value = values.get(column.name)
-        if value is None:
-            empty_set = column.data_type == "set" and none_sources.get(column.name) == "empty set"
-            row[column.name] = "" if empty_set else None
-        else:
-            row[column.name] = _column_plan(column).to_json_binlog(value)
-    return row
+    """One binlog row image in JSON form; see :func:`binlog_row_json_converter` for many rows."""
+    return binlog_row_json_converter(columns)(values, none_sources)
 
 
 def json_row_from_db(columns: Sequence[ColumnSpec], row: Sequence[Any]) -> dict[str, Any]:
-    """A PyMySQL row tuple in JSON form, keyed by column name."""
-    converters = [_column_plan(column).to_json for column in columns]
-    return {
-        column.name: None if value is None else convert(value)
-        for column, convert, value in zip(columns, converters, row, strict=True)
-    }
+    """One PyMySQL row tuple in JSON form; see :func:`db_row_json_converter` for many rows."""
+    return db_row_json_converter(columns)(row)
 
 
 # JSON form -> Arrow values ------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ CASES: tuple[Case, ...] = (
         (("'-00:00:01.250'", us(seconds=1, micros=250000, negative=True)), ("'23:59:59.999'", us(23, 59, 59, 999000))),
     ),
     Case("year", "YEAR", pa.int16(), (("1901", 1901), ("2155", 2155), ("0", 0), ("2024", 2024))),
-    Case("char", "CHAR(10)", pa.string(), (("'abc'", "abc"), ("''", ""), ("'é🙂'", "é🙂"))),
+    Case("char", "CHAR(10)", pa.string(), (("'abc'", "abc"), ("''", ""), ("'é🙂'", "é🙂"), ("' a  '", " a"))),
     Case(
         "varchar",
         "VARCHAR(100)",
