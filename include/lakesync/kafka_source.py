@@ -270,6 +270,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._planner = _Planner(options)
         self._target: dict[TP, int] | None = None
+        self._available_ends: dict[TP, int] | None = None
 
     def initialOffset(self) -> OffsetJson:
         starting = self.options.starting or OffsetSpec("latest")
@@ -294,12 +295,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         starts, ends = self._available(from_json(start))
+        self._available_ends = ends
         if isinstance(limit, ReadMaxRows):
             ends = kafka_offsets.rate_limited_ends(starts, ends, limit.max_rows)
         return to_json(ends)
 
     def reportLatestOffset(self) -> OffsetJson | None:
-        return None
+        """The log ends seen when planning the last batch, so the query progress shows the lag for free."""
+        return to_json(self._available_ends) if self._available_ends is not None else None
 
     def partitions(self, start: OffsetJson, end: OffsetJson) -> Sequence[InputPartition]:
         return self._planner.plan(from_json(start), from_json(end))
