@@ -1,0 +1,496 @@
+"""The full load: every selected table into Delta, each in one commit, tagged with the binlog position P.
+
+Two modes (``snapshot.mode`` in the pipeline, ``--mode`` on the command line):
+
+* **consistent** (default): one snapshot for all tables (:mod:`lakesync.source.snapshot`), read on a few
+  connections that share it, so every table is exactly as of P. The snapshot lives in this process, so the
+  reading happens here (the Spark app runs it on the driver). An interrupted table is read again from a
+  new snapshot (its rows must all come from one snapshot); tables already done are not read again.
+* **chunked**: each key range is read in its own statement, on its own connection, tagged with the
+  position read *before* its SELECT, and written as a Parquet file by whoever runs the chunks (a thread
+  pool here, Spark tasks in ``spark_apps/full_load.py``). The table's files are committed in one Delta
+  transaction when all its chunks are written, and the table is recorded at its smallest chunk position:
+  the stream replays from there and repairs whatever moved during the read (the sink keeps the larger
+  position per key). No lock, and an interrupted table keeps the chunks it wrote.
+
+Either way a table becomes visible in one commit: files written but not committed are invisible to
+readers (``VACUUM`` removes them), and progress is kept in ``full_load.json`` (:mod:`lakesync.load_state`),
+which the relay reads to know where the stream must start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pymysql
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake.transaction import AddAction, create_table_with_add_actions
+
+from lakesync.config import Pipeline
+from lakesync.connections import MySQLConnection, mysql_connection
+from lakesync.errors import ConfigError, SchemaChangeError, SinkError, SourceError
+from lakesync.load_state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
+from lakesync.positions import SourcePosition
+from lakesync.source.schema import list_tables
+from lakesync.source.server_checks import check_binlog_settings, current_position
+from lakesync.source.snapshot import Snapshot, connect, open_snapshot
+from lakesync.source.table_reader import (
+    KeyRange,
+    RangeReader,
+    TableShape,
+    describe_table,
+    plan_ranges,
+    rows_per_read,
+)
+
+log = logging.getLogger(__name__)
+
+POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
+SNAPSHOT_OP = "r"
+#: Delta table settings every lakesync table gets (the stream and the nightly validation read the feed).
+TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
+#: Rows per batch when a table without a key is streamed whole.
+KEYLESS_BATCH_ROWS = 100_000
+ProgressCallback = Callable[[str, int, int], None]
+"""``(table, rows read so far, estimated total rows)``, called as chunks arrive."""
+
+
+@dataclass(frozen=True)
+class TableResult:
+    table: str
+    rows: int
+    seconds: float
+    delta_version: int | None
+    position: SourcePosition
+    mode: str
+    skipped: bool = False  # done by an earlier run and not read again
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+# -- the rows as Delta stores them ----------------------------------------------------------------------------
+def delta_schema(source_schema: pa.Schema) -> pa.Schema:
+    """The source columns plus the position columns the sink compares (see :mod:`lakesync.positions`)."""
+    return source_schema.append(pa.field(POS_COLUMN, pa.string(), nullable=False)).append(
+        pa.field(OP_COLUMN, pa.string(), nullable=False)).append(pa.field(TS_COLUMN, pa.int64(), nullable=False))
+
+
+def tag_rows(table: pa.Table, schema: pa.Schema, position: SourcePosition, ts_ms: int) -> pa.Table:
+    rows = table.num_rows
+    return pa.Table.from_arrays(
+        [*table.columns, pa.array([position.key()] * rows, pa.string()),
+         pa.array([SNAPSHOT_OP] * rows, pa.string()), pa.array([ts_ms] * rows, pa.int64())],
+        schema=schema,
+    )
+
+
+def commit_metadata(position: SourcePosition, *, table: str, mode: str) -> dict[str, str]:
+    """What each load commit carries in its commit info, so the position can be read from the table itself
+    (delta-rs 1.6 refuses table properties outside the ``delta.*`` set, so commit info is the place)."""
+    return {
+        "lakesync.operation": "full_load",
+        "lakesync.table": table,
+        "lakesync.mode": mode,
+        "lakesync.position": position.key(),
+        "lakesync.position.token": position.token(),
+        "lakesync.position.gtid": position.gtid or "",
+    }
+
+
+# -- chunks (chunked mode) --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkTask:
+    """Everything a worker (a thread or a Spark task) needs to read one key range and write it as Parquet."""
+
+    connection: MySQLConnection
+    shape: TableShape
+    key_range: KeyRange
+    table_uri: str
+    ts_ms: int
+
+
+def _table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in table_uri:
+        return pafs.FileSystem.from_uri(table_uri)
+    return pafs.LocalFileSystem(), os.path.abspath(table_uri)
+
+
+def load_chunk(task: ChunkTask) -> ChunkDone:
+    """Read one key range in one statement, tagged with the position read just before it; write it as a
+    Parquet file in the table folder (invisible until the driver commits it)."""
+    reader = RangeReader(task.shape)
+    schema = delta_schema(reader.schema)
+    filesystem, root = _table_filesystem(task.table_uri)
+    filesystem.create_dir(root, recursive=True)
+    name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+    conn = connect(task.connection, database=task.shape.database)
+    try:
+        position = current_position(conn)
+        with _read_errors(task.shape.name), filesystem.open_output_stream(f"{root}/{name}") as sink, \
+                pq.ParquetWriter(sink, schema, compression="snappy") as writer:
+            rows = 0
+            for part in _read_chunk(conn, reader, task.key_range):
+                writer.write_table(tag_rows(part, schema, position, task.ts_ms))
+                rows += part.num_rows
+    finally:
+        conn.close()
+    size = filesystem.get_file_info(f"{root}/{name}").size or 0
+    return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=int(size), rows=rows,
+                     position_key=position.key(), position=position_to_json(position),
+                     stats=json.dumps({"numRecords": rows}))
+
+
+def _read_chunk(conn: pymysql.connections.Connection, reader: RangeReader, key_range: KeyRange) -> Iterator[pa.Table]:
+    if reader.shape.has_key:
+        with conn.cursor() as cursor:
+            yield reader.read_range(cursor, key_range)
+    else:
+        yield from reader.stream_all(conn, KEYLESS_BATCH_ROWS)
+
+
+class ChunkRunner(Protocol):
+    """Runs :func:`load_chunk` over tasks, calling ``on_done`` on the caller's thread as each one finishes."""
+
+    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None: ...
+
+
+@dataclass
+class ThreadChunkRunner:
+    """Chunks on a local thread pool (the reads and Arrow's parsing release the GIL)."""
+
+    workers: int = 2
+
+    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="lakesync-chunk") as pool:
+            pending = {pool.submit(load_chunk, task) for task in tasks}
+            try:
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        on_done(future.result())
+            finally:
+                for future in pending:
+                    future.cancel()
+
+
+# -- the load -------------------------------------------------------------------------------------------------
+@dataclass
+class FullLoad:
+    """Loads a pipeline's tables; :meth:`run` is resumable (see the module docstring)."""
+
+    pipeline: Pipeline
+    tables: Sequence[str] | None = None
+    mode: str | None = None
+    connections: int = 2
+    restart: bool = False
+    on_progress: ProgressCallback | None = None
+    chunk_runner: ChunkRunner | None = None
+    connection: MySQLConnection | None = None
+    state: LoadState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mode = self.mode or self.pipeline.snapshot.mode
+        if self.mode not in ("consistent", "chunked"):
+            raise ConfigError(f"unknown snapshot mode {self.mode!r}", hint="use consistent or chunked")
+        self.connection = self.connection or mysql_connection(self.pipeline)
+        self.state = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
+        if self.restart:
+            self.state = LoadState(path=self.state.path)
+
+    @property
+    def database(self) -> str:
+        return self.pipeline.source.database
+
+    def run(self) -> list[TableResult]:
+        assert self.connection is not None
+        control = connect(self.connection, database=self.database)
+        try:
+            check_binlog_settings(control)
+            tables = self._select_tables(control)
+        finally:
+            control.close()
+        if self.state.started_at is None or self.state.finished_at is not None:
+            self.state.started_at, self.state.finished_at = utc_now(), None
+        self.state.mode = self.mode
+        self.state.save()
+        results = [self._skipped(name) for name in tables if self.state.is_done(name)]
+        pending = [name for name in tables if not self.state.is_done(name)]
+        if pending:
+            results += self._run_consistent(pending) if self.mode == "consistent" else self._run_chunked(pending)
+        self.state.finished_at = utc_now()
+        self.state.save()
+        order = {name: i for i, name in enumerate(tables)}
+        return sorted(results, key=lambda result: order[result.table])
+
+    def _select_tables(self, conn: pymysql.connections.Connection) -> list[str]:
+        existing = list_tables(conn, self.database)
+        selected = [name for name in existing if self.pipeline.tables.selects(name)]
+        if not self.tables:
+            if not selected:
+                raise ConfigError(
+                    f"pipeline {self.pipeline.name} selects no tables of database {self.database}",
+                    hint=f"tables there: {', '.join(existing) or 'none'}; check tables.include/exclude",
+                )
+            return selected
+        unknown = [name for name in self.tables if name not in existing]
+        if unknown:
+            raise SourceError(
+                f"no table {', '.join(unknown)} in database {self.database} (or the lakesync user can't see it)",
+                hint=f"tables there: {', '.join(existing) or 'none'}",
+            )
+        excluded = [name for name in self.tables if name not in selected]
+        if excluded:
+            raise ConfigError(
+                f"table {', '.join(excluded)} is not selected by pipeline {self.pipeline.name}",
+                hint="add it to tables.include (or remove it from tables.exclude) in the pipeline file",
+            )
+        return list(dict.fromkeys(self.tables))
+
+    def _skipped(self, name: str) -> TableResult:
+        entry = self.state.tables[name]
+        position = position_from_json(entry.position) if entry.position else self.state.position
+        assert position is not None
+        return TableResult(name, entry.rows, entry.seconds or 0.0, entry.delta_version, position,
+                           entry.mode or "", skipped=True)
+
+    def _describe(self, conn: pymysql.connections.Connection, name: str) -> TableShape:
+        settings = self.pipeline.tables.settings_for(name)
+        with _read_errors(name):
+            return describe_table(conn, self.database, name, key_columns=settings.key_columns)
+
+    def _chunk_rows(self, name: str) -> int:
+        return self.pipeline.tables.settings_for(name).chunk_rows or self.pipeline.snapshot.chunk_rows
+
+    def _progress(self, name: str, rows: int, total: int) -> None:
+        if self.on_progress:
+            self.on_progress(name, rows, total)
+
+    # consistent mode ---------------------------------------------------------------------------------------
+    def _run_consistent(self, names: list[str]) -> list[TableResult]:
+        assert self.connection is not None
+        results = []
+        with open_snapshot(self.connection, database=self.database, connections=self.connections) as snapshot:
+            ts_ms = int(time.time() * 1000)
+            for name in names:
+                results.append(self._load_consistent_table(snapshot, name, ts_ms))
+        return results
+
+    def _load_consistent_table(self, snapshot: Snapshot, name: str, ts_ms: int) -> TableResult:
+        started = time.monotonic()
+        entry = self.state.table(name)
+        entry.status, entry.mode, entry.chunks_done = "in_progress", "consistent", []
+        self.state.save()
+        conn = snapshot.connections[0]
+        shape = self._describe(conn, name)
+        reader = RangeReader(shape)
+        with conn.cursor() as cursor:
+            ranges = plan_ranges(cursor, shape, rows_per_read(shape, cursor, self._chunk_rows(name)))
+        schema = delta_schema(reader.schema)
+        total = max(shape.estimated_rows, 1)
+        rows = 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            nonlocal rows
+            for part in self._read_in_snapshot(snapshot, reader, ranges):
+                rows += part.num_rows
+                self._progress(name, rows, max(total, rows))
+                yield from tag_rows(part, schema, snapshot.position, ts_ms).to_batches()
+
+        version = self._commit_stream(name, schema, batches(), snapshot.position)
+        return self._finish(name, rows, version, snapshot.position, started)
+
+    def _read_in_snapshot(self, snapshot: Snapshot, reader: RangeReader, ranges: list[KeyRange]
+                          ) -> Iterator[pa.Table]:
+        """Ranges read in parallel on the snapshot's connections, yielded in order, a few reads ahead at most
+        (so memory stays bounded whatever the table size)."""
+        if not reader.shape.has_key:
+            with _read_errors(reader.shape.name):
+                yield from reader.stream_all(snapshot.connections[0], KEYLESS_BATCH_ROWS)
+            return
+        cursors: queue.Queue[Any] = queue.Queue()
+        for conn in snapshot.connections:
+            cursors.put(conn.cursor())
+
+        def read(key_range: KeyRange) -> pa.Table:
+            cursor = cursors.get()
+            try:
+                with _read_errors(reader.shape.name):
+                    return reader.read_range(cursor, key_range)
+            finally:
+                cursors.put(cursor)
+
+        window = len(snapshot.connections) + 1
+        with ThreadPoolExecutor(len(snapshot.connections), thread_name_prefix="lakesync-read") as pool:
+            inflight: list[Future[pa.Table]] = []
+            try:
+                for key_range in ranges:
+                    inflight.append(pool.submit(read, key_range))
+                    if len(inflight) >= window:
+                        yield inflight.pop(0).result()
+                while inflight:
+                    yield inflight.pop(0).result()
+            finally:
+                for future in inflight:
+                    future.cancel()
+
+    def _commit_stream(self, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                       position: SourcePosition) -> int:
+        """One overwrite commit from a stream of batches; a failure while reading commits nothing."""
+        failure: list[BaseException] = []
+
+        def guarded() -> Iterator[pa.RecordBatch]:
+            try:
+                yield from batches
+            except BaseException as exc:  # re-raised below: delta-rs wraps it in its own error
+                failure.append(exc)
+                raise
+
+        uri = self.pipeline.delta.table_uri(name)
+        try:
+            write_deltalake(
+                uri, pa.RecordBatchReader.from_batches(schema, guarded()), mode="overwrite",
+                schema_mode="overwrite", configuration=TABLE_CONFIGURATION,
+                storage_options=self.pipeline.delta.storage_options or None,
+                commit_properties=CommitProperties(custom_metadata=commit_metadata(
+                    position, table=name, mode="consistent")),
+            )
+        except Exception as exc:
+            if failure:
+                raise failure[0] from None
+            raise SinkError(f"writing the Delta table {uri} failed: {exc}",
+                            hint="nothing was committed; fix the cause and run the load again") from exc
+        return DeltaTable(uri, storage_options=self.pipeline.delta.storage_options or None).version()
+
+    def _finish(self, name: str, rows: int, version: int | None, position: SourcePosition, started: float
+                ) -> TableResult:
+        seconds = time.monotonic() - started
+        entry = self.state.table(name)
+        entry.status, entry.rows, entry.delta_version = "done", rows, version
+        entry.position_key, entry.position = position.key(), position_to_json(position)
+        entry.seconds = round(seconds, 3)
+        self.state.record_position(position)
+        self.state.save()
+        log.info("loaded %s: %d rows in %.1f s, Delta version %s, position %s", name, rows, seconds, version, position)
+        return TableResult(name, rows, seconds, version, position, entry.mode or "")
+
+    # chunked mode ------------------------------------------------------------------------------------------
+    def _run_chunked(self, names: list[str]) -> list[TableResult]:
+        assert self.connection is not None
+        runner = self.chunk_runner or ThreadChunkRunner(self.connections)
+        results = []
+        for name in names:
+            started = time.monotonic()
+            entry = self.state.table(name)
+            if entry.mode != "chunked":
+                entry.ranges, entry.chunks_done = [], []
+            entry.status, entry.mode = "in_progress", "chunked"
+            conn = connect(self.connection, database=self.database)
+            try:
+                shape = self._describe(conn, name)
+                if not entry.ranges:  # a resumed table keeps the ranges of its first attempt
+                    with conn.cursor() as cursor, _read_errors(name):
+                        planned = plan_ranges(cursor, shape, rows_per_read(shape, cursor, self._chunk_rows(name)))
+                    entry.ranges = [_range_to_json(r) for r in planned]
+            finally:
+                conn.close()
+            self.state.save()
+            ranges = [_range_from_json(r) for r in entry.ranges]
+            done = entry.chunk_ids()
+            total = max(shape.estimated_rows, 1)
+            ts_ms = int(time.time() * 1000)
+            tasks = [ChunkTask(self.connection, shape, r, self.pipeline.delta.table_uri(name), ts_ms)
+                     for r in ranges if r.chunk_id not in done]
+
+            def on_done(chunk: ChunkDone, name: str = name, total: int = total) -> None:
+                entry = self.state.table(name)
+                entry.chunks_done.append(chunk)
+                self.state.save()
+                rows = sum(c.rows for c in entry.chunks_done)
+                self._progress(name, rows, max(total, rows))
+
+            runner.run(tasks, on_done)
+            results.append(self._commit_chunks(name, shape, started))
+        return results
+
+    def _commit_chunks(self, name: str, shape: TableShape, started: float) -> TableResult:
+        entry = self.state.table(name)
+        chunks = entry.chunks_done
+        position = min(position_from_json(chunk.position) for chunk in chunks)
+        rows = sum(chunk.rows for chunk in chunks)
+        uri = self.pipeline.delta.table_uri(name)
+        now_ms = int(time.time() * 1000)
+        actions = [AddAction(chunk.path, chunk.size, {}, now_ms, True, chunk.stats) for chunk in chunks]
+        try:
+            create_table_with_add_actions(
+                uri, Schema.from_arrow(delta_schema(shape.arrow_schema())), actions, mode="overwrite",
+                configuration=TABLE_CONFIGURATION, storage_options=self.pipeline.delta.storage_options or None,
+                commit_properties=CommitProperties(custom_metadata=commit_metadata(
+                    position, table=name, mode="chunked")),
+            )
+            version = DeltaTable(uri, storage_options=self.pipeline.delta.storage_options or None).version()
+        except Exception as exc:
+            raise SinkError(f"committing the {len(chunks)} chunk files of {name} to {uri} failed: {exc}",
+                            hint="nothing was committed; run the load again (written chunks are reused)") from exc
+        return self._finish(name, rows, version, position, started)
+
+
+def _range_to_json(key_range: KeyRange) -> dict[str, Any]:
+    return {"chunk_id": key_range.chunk_id, "lower": _key_to_json(key_range.lower),
+            "upper": _key_to_json(key_range.upper)}
+
+
+def _range_from_json(document: dict[str, Any]) -> KeyRange:
+    return KeyRange(document["chunk_id"], _key_from_json(document["lower"]), _key_from_json(document["upper"]))
+
+
+def _key_to_json(values: tuple[Any, ...] | None) -> list[Any] | None:
+    """Key values as JSON: ints and strings as they are, anything else as its SQL literal text, which the
+    server compares the same way (dates, decimals); bytes as hex."""
+    if values is None:
+        return None
+    return [v if isinstance(v, int | str) else {"hex": v.hex()} if isinstance(v, bytes) else {"text": str(v)}
+            for v in values]
+
+
+def _key_from_json(values: list[Any] | None) -> tuple[Any, ...] | None:
+    if values is None:
+        return None
+    return tuple(bytes.fromhex(v["hex"]) if isinstance(v, dict) and "hex" in v
+                 else v["text"] if isinstance(v, dict) else v for v in values)
+
+
+@contextmanager
+def _read_errors(table: str) -> Iterator[None]:
+    """Turns server errors met while reading a table into :class:`LakesyncError` s that name the table."""
+    try:
+        yield
+    except pymysql.MySQLError as exc:
+        code = exc.args[0] if exc.args else None
+        message = exc.args[-1] if exc.args else str(exc)
+        if code in (1142, 1143):
+            raise SourceError(
+                f"the lakesync user may not read table {table}: {message}",
+                hint=f"GRANT SELECT ON <database>.{table} (or the whole database) TO the lakesync user",
+            ) from exc
+        if code in (1146, 1412, 1054):
+            raise SchemaChangeError(
+                f"table {table} was dropped or altered while it was being loaded: {message}",
+                hint=f"nothing of {table} was committed; run the load again (add --tables {table})",
+            ) from exc
+        raise SourceError(f"reading table {table} failed: {message}",
+                          hint="nothing of this table was committed; run the load again to resume") from exc
