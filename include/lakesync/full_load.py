@@ -176,16 +176,43 @@ class ThreadChunkRunner:
     workers: int = 2
 
     def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="lakesync-chunk") as pool:
-            pending = {pool.submit(load_chunk, task) for task in tasks}
-            try:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        on_done(future.result())
-            finally:
-                for future in pending:
-                    future.cancel()
+        _run_pool(self.workers, load_chunk, tasks, on_done)
+
+
+@dataclass
+class SparkChunkRunner:
+    """Chunks as Spark tasks, read and written on the executors; the driver only commits.
+
+    One small job per chunk, submitted from as many driver threads as the cluster has cores, so that each
+    finished chunk is recorded in the state file at once (one big job would report nothing until its last
+    task ended, and an interruption would lose the record of every chunk it wrote).
+    """
+
+    spark: Any  # pyspark.sql.SparkSession; not imported here, so the library does not need Spark to load
+
+    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
+        context = self.spark.sparkContext
+
+        def one(task: ChunkTask) -> ChunkDone:
+            context.setJobDescription(f"lakesync full load {task.shape.name} chunk {task.key_range.chunk_id}")
+            return context.parallelize([task], 1).map(load_chunk).collect()[0]
+
+        _run_pool(max(1, context.defaultParallelism), one, tasks, on_done)
+
+
+def _run_pool(workers: int, work: Callable[[ChunkTask], ChunkDone], tasks: Sequence[ChunkTask],
+              on_done: Callable[[ChunkDone], None]) -> None:
+    """Run ``work`` over ``tasks`` on ``workers`` threads; ``on_done`` runs on the calling thread."""
+    with ThreadPoolExecutor(workers, thread_name_prefix="lakesync-chunk") as pool:
+        pending = {pool.submit(work, task) for task in tasks}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    on_done(future.result())
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 # -- the load -------------------------------------------------------------------------------------------------
