@@ -1,0 +1,246 @@
+"""Operators for the pipeline steps. Each holds the step's parameters and calls the hook and the library.
+
+Heavy modules (deltalake, PyMySQL, pyarrow, the Spark apps) are imported inside ``execute``: this module
+is imported whenever the DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator, Context
+
+from lakesync.errors import ConfigError, ValidationMismatch
+from lakesync_airflow.assets import emit_table_assets
+from lakesync_airflow.hooks import LakesyncHook
+
+
+class CheckSourceOperator(BaseOperator):
+    """Fail early, with the fix, when the source is not set up for lakesync (binlog, row image, server id)."""
+
+    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from lakesync.source.server_checks import (
+            check_binlog_settings,
+            check_server_id_unique,
+            current_position,
+        )
+
+        hook = LakesyncHook(self.pipeline)
+        with hook.source_connection() as conn:
+            check_binlog_settings(conn)
+            check_server_id_unique(conn, hook.pipeline.source.server_id)
+            position = current_position(conn)
+        self.log.info("source %s is ready; binlog at %s", hook.source().describe(), position)
+        return {"position": position.key()}
+
+
+def _selected_tables(context: Context) -> list[str]:
+    """The trigger form's ``tables`` param: a list, or a comma-separated string; empty means all."""
+    raw = context["params"].get("tables") or []
+    names = raw.split(",") if isinstance(raw, str) else list(raw)
+    return [name.strip() for name in names if name and name.strip()]
+
+
+class LakesyncSparkSubmitOperator(SparkSubmitOperator):
+    """``spark-submit spark_apps/<app>.py --pipeline <p> [...]`` with the stack's Spark connection."""
+
+    def __init__(self, *, pipeline: str, app: str, extra_args: Sequence[str] = (), **kwargs: Any) -> None:
+        from lakesync.dev.airflow_home import SPARK_CONN_ID, repo_root
+
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        kwargs.setdefault("name", f"lakesync-{pipeline}-{app}")
+        super().__init__(application=str(repo_root() / "spark_apps" / f"{app}.py"),
+                         application_args=["--pipeline", pipeline, *extra_args], **kwargs)
+        self.pipeline = pipeline
+
+
+class FullLoadOperator(LakesyncSparkSubmitOperator):
+    """Run ``spark_apps/full_load.py`` for the tables and mode picked in the trigger form."""
+
+    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
+        super().__init__(pipeline=pipeline, app="full_load", **kwargs)
+
+    def execute(self, context: Context) -> None:
+        tables = _selected_tables(context)
+        mode = context["params"].get("mode")
+        self.application_args = [
+            "--pipeline", self.pipeline, *(["--tables", ",".join(tables)] if tables else []),
+            *(["--mode", mode] if mode else []),
+        ]
+        super().execute(context)
+        from lakesync.load_state import LoadState
+
+        hook = LakesyncHook(self.pipeline)
+        state = LoadState.for_pipeline_dir(hook.pipeline.pipeline_state_dir)
+        emit_table_assets(context, hook.pipeline, [t for t in state.tables if state.is_done(t)])
+
+
+class StreamOperator(LakesyncSparkSubmitOperator):
+    """Run ``spark_apps/stream.py --once``: apply what Kafka holds now (availableNow), then stop."""
+
+    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
+        super().__init__(pipeline=pipeline, app="stream", extra_args=["--once"], **kwargs)
+
+    def execute(self, context: Context) -> None:
+        super().execute(context)
+        from lakesync.stream.progress import StreamProgress
+
+        hook = LakesyncHook(self.pipeline)
+        progress = StreamProgress.load(hook.pipeline.pipeline_state_dir)
+        emit_table_assets(context, hook.pipeline, list(progress.tables))
+
+
+class HandoffOperator(BaseOperator):
+    """Check that the relay's change log reaches back to the full load's positions; return catch-up targets.
+
+    The targets (``{table: position key}``) are the newest change each table's topic holds now; the
+    caught-up sensor waits for the stream to apply them."""
+
+    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+
+    def execute(self, context: Context) -> dict[str, str]:
+        from lakesync.load_state import LoadState
+        from lakesync.relay import covered_range
+        from lakesync.stream.handoff import check_coverage
+
+        hook = LakesyncHook(self.pipeline)
+        state = LoadState.for_pipeline_dir(hook.pipeline.pipeline_state_dir)
+        handoff = {t: entry.position_key for t, entry in state.tables.items() if entry.position_key}
+        if not handoff:
+            raise ConfigError(
+                f"pipeline {self.pipeline!r} has no finished full load in {state.path}",
+                hint=f"run the DAG lakesync_{self.pipeline}_full_load first",
+            )
+        covered = covered_range(hook.pipeline)
+        check_coverage(self.pipeline, handoff, covered[0] if covered else None)
+        published = hook.last_published_positions(sorted(handoff))
+        targets = {t: key for t, key in published.items() if key > handoff[t]}
+        self.log.info("handoff positions %s; catch-up targets %s", handoff, targets)
+        return targets
+
+
+class ValidateTablesOperator(BaseOperator):
+    """Compare source and Delta table by table (counts, row fingerprints, differing keys)."""
+
+    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+
+    def execute(self, context: Context) -> list[str]:
+        from lakesync.load_state import LoadState
+        from lakesync.source.schema import read_key_columns
+        from lakesync.validate import compare_tables, read_delta_table, read_source_table
+
+        hook = LakesyncHook(self.pipeline)
+        pipeline = hook.pipeline
+        tables = _selected_tables(context) or sorted(LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables)
+        reports, failed = [], []
+        with hook.source_connection() as conn:
+            for table in tables:
+                key = pipeline.tables.settings_for(table).key_columns or read_key_columns(
+                    conn, pipeline.source.database, table)
+                comparison = compare_tables(
+                    table, read_source_table(conn, pipeline.source.database, table),
+                    read_delta_table(pipeline.delta.table_uri(table),
+                                     storage_options=pipeline.delta.storage_options or None),
+                    list(key),
+                )
+                reports.append(comparison.describe())
+                if not comparison.matches:
+                    failed.append(table)
+        for line in reports:
+            self.log.info("%s", line)
+        if failed:
+            raise ValidationMismatch(f"source and Delta differ for {', '.join(failed)}:\n" + "\n".join(reports),
+                                     hint="re-run the stream; if it persists, re-run the full load of those tables")
+        return reports
+
+
+class SettleIntervalOperator(BaseOperator):
+    """Settle one table's data interval in one Delta commit, then validate the interval.
+
+    Keyed on the run's ``data_interval_start/end``: re-running a run (clear, backfill) settles the same
+    interval again, which changes nothing unless the source changed."""
+
+    def __init__(self, *, pipeline: str, table: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.table = table
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from lakesync.settlement import settle_table, validate_interval
+
+        start, end = context["data_interval_start"], context["data_interval_end"]
+        if start is None or end is None or start >= end:
+            raise ConfigError(
+                f"run {context['run_id']} has no data interval",
+                hint="settlement DAGs need a timetable with real data intervals (CronDataIntervalTimetable)",
+            )
+        hook = LakesyncHook(self.pipeline)
+        with hook.source_connection() as conn:
+            result = settle_table(hook.pipeline, self.table, interval_start=start, interval_end=end, conn=conn)
+            check = validate_interval(hook.pipeline, self.table, interval_start=start, interval_end=end, conn=conn)
+        self.log.info(
+            "%s %s: %d source rows, %d inserted, %d updated, %d deleted, commit %s, run %d; validated %s",
+            self.table, result.interval, result.source_rows, result.inserted, result.updated, result.deleted,
+            result.delta_version, result.run, check,
+        )
+        return result.as_dict()
+
+
+class MaintenanceOperator(BaseOperator):
+    """OPTIMIZE (compact small files), purge expired tombstones, VACUUM, and report, for each Delta table."""
+
+    def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.vacuum_retention_hours = vacuum_retention_hours
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from pathlib import Path
+
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        pipeline = LakesyncHook(self.pipeline).pipeline
+        root = pipeline.delta.root
+        if "://" in root and not root.startswith("file://"):
+            raise ConfigError(f"maintenance lists tables of local Delta roots only; {root} is remote",
+                              hint="run OPTIMIZE/VACUUM with your object store's tooling for now")
+        reports = []
+        cutoff_ms = int((time.time() - pipeline.stream.tombstone_retention_hours * 3600) * 1000)
+        for folder in sorted(p for p in Path(root.removeprefix("file://")).glob("*") if (p / "_delta_log").is_dir()):
+            try:
+                table = DeltaTable(str(folder), storage_options=pipeline.delta.storage_options or None)
+            except TableNotFoundError:
+                continue
+            compacted = table.optimize.compact()
+            purged = self._purge_tombstones(table, cutoff_ms)
+            vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
+                                    enforce_retention_duration=False)
+            report = {"table": folder.name, "version": table.version(),
+                      "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
+                      "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}
+            self.log.info("%s", report)
+            reports.append(report)
+        return reports
+
+    @staticmethod
+    def _purge_tombstones(table: Any, cutoff_ms: int) -> int:
+        """Delete tombstone rows (``_lakesync_op = 'd'``) older than the retention horizon, if the table keeps any."""
+        import pyarrow as pa
+
+        names = pa.schema(table.schema().to_arrow()).names
+        if "_lakesync_op" not in names or "_lakesync_ts_ms" not in names:
+            return 0
+        metrics = table.delete(f"_lakesync_op = 'd' AND _lakesync_ts_ms < {cutoff_ms}")
+        return int(metrics.get("num_deleted_rows", 0))

@@ -1,0 +1,96 @@
+"""The settlement DAG run by Airflow (``dag.test()``) against the embedded MariaDB, landing in Delta."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow_runner import AirflowRunner
+from deltalake import DeltaTable
+
+from lakesync.demo.database import create_demo_database
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "lakesync_settle_settlement"
+
+
+@pytest.fixture
+def settle_pipeline(stack, fresh_database, tmp_path) -> tuple[Path, Path]:
+    """A pipeline file ``settle.yaml`` over a fresh demo database; returns (pipelines dir, Delta root)."""
+    with stack.mariadb.connect() as conn:
+        create_demo_database(conn, fresh_database)
+    pipelines, delta_root = tmp_path / "pipelines", tmp_path / "delta"
+    pipelines.mkdir()
+    (pipelines / "settle.yaml").write_text(yaml.safe_dump({
+        "name": "settle",
+        "source": {"conn_id": "lakesync_demo_mysql", "database": fresh_database},
+        "tables": {"overrides": {"transactions": {"watermark": {"column": "updated_at"}}}},
+        "kafka": {"conn_id": "lakesync_demo_kafka", "topic_prefix": "settle"},
+        "delta": {"root": str(delta_root)},
+        "settlement": {"schedule": "0 2 * * *", "safety_window_seconds": 60},
+        "state_dir": str(tmp_path / "state"),
+    }))
+    return pipelines, delta_root
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """One migrated Airflow home for the module; each test brings its own pipelines folder."""
+    return tmp_path_factory.mktemp("airflow_home")
+
+
+@pytest.fixture
+def airflow(stack, settle_pipeline, airflow_home) -> AirflowRunner:
+    runner = AirflowRunner(airflow_home, connections=stack.connection_env(), pipelines_dir=settle_pipeline[0])
+    print(f"airflow db migrate: {runner.migrate_seconds:.1f}s")
+    return runner
+
+
+def _book_days(mariadb, database: str, days: dict[str, int]) -> None:
+    """``days[day]`` transactions stamped at noon of ``day`` (ids continue across days)."""
+    rows, next_id = [], 1
+    for day, count in days.items():
+        for _ in range(count):
+            rows.append((next_id, f"{next_id}.25", f"{day} 12:00:00"))
+            next_id += 1
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO `{database}`.transactions (id, account_no, amount, kind, reference, booked_at, updated_at)"
+            " VALUES (%s, 'AC0000000001', %s, 'deposit', 'ref', %s, %s)",
+            [(i, amount, ts, ts) for i, amount, ts in rows],
+        )
+
+
+def _settlement_commits(uri: Path) -> list[dict]:
+    return [c for c in DeltaTable(str(uri)).history() if "lakesync.settlement.interval_start" in c]
+
+
+def test_settlement_dag_run_twice_for_one_interval_leaves_the_same_table(airflow, settle_pipeline, mariadb,
+                                                                         fresh_database):
+    _book_days(mariadb, fresh_database, {"2026-11-19": 40})
+    started = time.monotonic()
+    first, second = airflow.dag_test(DAG_ID, "2026-11-20T02:00:00+00:00", "2026-11-20T02:00:00+00:00")
+    print(f"dag.test x2: {time.monotonic() - started:.1f}s")
+    assert first["state"] == second["state"] == "success", (first, second)
+    assert first["interval"] == ["2026-11-19T02:00:00+00:00", "2026-11-20T02:00:00+00:00"]
+    table = settle_pipeline[1] / "transactions"
+    rows = DeltaTable(str(table)).to_pyarrow_table(columns=["id", "amount"]).sort_by("id").to_pylist()
+    assert [r["id"] for r in rows] == list(range(1, 41))
+    commits = _settlement_commits(table)
+    assert len(commits) == 1, "the second run found nothing to change and committed nothing"
+    assert commits[0]["lakesync.settlement.inserted"] == "40"
+
+
+def test_three_day_backfill_lands_each_day_once(airflow, settle_pipeline, mariadb, fresh_database):
+    _book_days(mariadb, fresh_database, {"2026-11-17": 3, "2026-11-18": 5, "2026-11-19": 7})
+    days = ["2026-11-18T02:00:00+00:00", "2026-11-19T02:00:00+00:00", "2026-11-20T02:00:00+00:00"]
+    runs = airflow.dag_test(DAG_ID, *days, *days)  # the backfill, then the same backfill again
+    assert all(run["state"] == "success" for run in runs), runs
+    table = settle_pipeline[1] / "transactions"
+    commits = sorted(_settlement_commits(table), key=lambda c: c["lakesync.settlement.interval_start"])
+    assert [(c["lakesync.settlement.interval_start"][:10], c["lakesync.settlement.inserted"]) for c in commits] == [
+        ("2026-11-17", "3"), ("2026-11-18", "5"), ("2026-11-19", "7")]
+    assert DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).num_rows == 15
