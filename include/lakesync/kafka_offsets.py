@@ -71,17 +71,36 @@ def list_partitions(consumer: Consumer, *, topics: Sequence[str] | None = None, 
                   for partition, info in metadata.topics[name].partitions.items() if info.error is None)
 
 
+#: ListOffsets' special timestamps: the first offset in the log, and the broker's high watermark.
+_EARLIEST_TS, _HIGH_WATERMARK_TS = -2, -1
+
+
+def _list_offsets(consumer: Consumer, partitions: Iterable[TP], which: int, *, timeout: float) -> dict[TP, int]:
+    """One ListOffsets round trip per broker for many partitions (``get_watermark_offsets`` costs one each)."""
+    tps = list(partitions)
+    if not tps:
+        return {}
+    try:
+        answers = consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in tps], timeout=timeout)
+    except KafkaException as exc:
+        raise _broker_error("an offsets request", exc) from exc
+    failed = [answer for answer in answers if answer.error is not None]
+    if failed:
+        raise BrokerError("the broker refused an offsets request: "
+                          + ", ".join(f"{a.topic}/{a.partition}: {a.error}" for a in failed),
+                          hint="check that the topics exist and the credentials may describe them")
+    return {(answer.topic, answer.partition): answer.offset for answer in answers}
+
+
 def watermarks(consumer: Consumer, tp: TP, *, timeout: float = 10.0) -> tuple[int, int]:
     """The broker's (low, high) watermarks; the high one is not the log end on the embedded broker."""
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=timeout, cached=False)
-    except KafkaException as exc:
-        raise _broker_error(f"a watermark request for {tp[0]}/{tp[1]}", exc) from exc
+    return (_list_offsets(consumer, [tp], _EARLIEST_TS, timeout=timeout)[tp],
+            _list_offsets(consumer, [tp], _HIGH_WATERMARK_TS, timeout=timeout)[tp])
 
 
 def earliest_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
     """The first offset still in the log of each partition."""
-    return {tp: watermarks(consumer, tp, timeout=timeout)[0] for tp in partitions}
+    return _list_offsets(consumer, partitions, _EARLIEST_TS, timeout=timeout)
 
 
 def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callable[[Message], bool], *,
@@ -129,12 +148,12 @@ def true_end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: f
     Reads forward from ``high watermark - 1`` to the partition's end; the end-of-partition event carries the
     offset where reading stopped, which is the log end whatever ListOffsets said.
     """
-    starts: dict[TP, int] = {}
-    for tp in partitions:
-        low, high = watermarks(consumer, tp, timeout=timeout)
-        starts[tp] = max(low, high - 1) if high > low else high
-    if not starts:
+    tps = list(partitions)
+    if not tps:
         return {}
+    lows = _list_offsets(consumer, tps, _EARLIEST_TS, timeout=timeout)
+    highs = _list_offsets(consumer, tps, _HIGH_WATERMARK_TS, timeout=timeout)
+    starts = {tp: max(lows[tp], highs[tp] - 1) if highs[tp] > lows[tp] else highs[tp] for tp in tps}
     ends = dict(starts)
 
     def track(msg: Message) -> bool:
@@ -186,8 +205,7 @@ def first_offset_at_or_after(consumer: Consumer, topic: str, partition: int, pos
     empty partition), i.e. the offset to start reading from to see everything at or after it.
     """
     tp = (topic, partition)
-    low = watermarks(consumer, tp, timeout=timeout)[0]
-    lo, hi = low, true_end_offset(consumer, topic, partition, timeout=timeout)
+    lo, hi = earliest_offsets(consumer, [tp], timeout=timeout)[tp], true_end_offset(consumer, topic, partition, timeout=timeout)
     while lo < hi:
         mid = (lo + hi) // 2
         probe = _first_at_or_after(consumer, tp, mid, header, timeout=timeout)

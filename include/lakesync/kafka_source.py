@@ -141,48 +141,62 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def _check_log_end(where: str, log_end: int, planned_end: int) -> None:
+    if log_end < planned_end:
+        raise GapError(f"the log of {where} ends at offset {log_end}, before the planned end {planned_end}: "
+                       "the topic was deleted and recreated, or the broker lost data",
+                       hint="re-run the full load and start the stream from a new checkpoint")
+
+
 def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_timeout_s: float
                ) -> Iterator[pa.RecordBatch]:
     """The messages of ``part`` as Arrow batches, stopping exactly at ``part.end``.
 
-    ``auto.offset.reset=error`` makes a start that has left the log (retention) fail loudly instead of
-    silently jumping: the planner already checked it, so this only trips if retention ran in between.
+    The range was planned from the log as the driver saw it. If the log now ends before ``part.end``
+    (topic deleted and recreated, broker lost data) or no longer holds ``part.start`` (retention), the
+    task fails with :class:`GapError` instead of waiting or silently jumping.
     """
     if part.end <= part.start:
         return
-    consumer = Consumer({**client, "auto.offset.reset": "error", "enable.partition.eof": "false"})
+    where = f"{part.topic}/{part.partition}"
+    consumer = Consumer({**client, "auto.offset.reset": "error", "enable.partition.eof": "true"})
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-        next_offset, last_progress = part.start, time.monotonic()
-        while next_offset < part.end:
+        next_offset, last_progress, reached_end = part.start, time.monotonic(), False
+        while not reached_end and next_offset < part.end:
             try:
                 messages = consumer.consume(min(_ARROW_BATCH_ROWS, part.end - next_offset), timeout=0.5)
             except KafkaException as exc:
-                raise BrokerError(f"reading {part.topic}/{part.partition} failed: {exc}") from exc
+                raise BrokerError(f"reading {where} failed: {exc}") from exc
             batch = []
             for msg in messages:
                 error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise GapError(f"offsets of {part.topic}/{part.partition} in [{part.start}, {part.end}) "
-                                       "are no longer in the log", hint="retention removed them; see "
-                                       "failOnDataLoss in docs/kafka_source.md")
-                    raise BrokerError(f"reading {part.topic}/{part.partition} failed: {error}")
-                if msg.offset() >= part.end:
+                if error is None and msg.offset() < part.end:
+                    batch.append(msg)
+                elif error is None:
+                    reached_end = True  # compaction left no message right before the end
                     break
-                batch.append(msg)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    _check_log_end(where, msg.offset(), part.end)
+                elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                    raise GapError(f"offsets [{part.start}, {part.end}) of {where} are no longer in the log",
+                                   hint="retention removed them; re-run the full load, or see failOnDataLoss "
+                                        "in docs/kafka_source.md")
+                else:
+                    raise BrokerError(f"reading {where} failed: {error}", hint="check the broker and kafka.* options")
             if batch:
                 next_offset, last_progress = batch[-1].offset() + 1, time.monotonic()
                 yield _record_batch(batch)
-            elif messages and messages[-1].error() is None and messages[-1].offset() >= part.end:
-                break  # compaction left no message between next_offset and the end
-            elif time.monotonic() - last_progress > poll_timeout_s:
-                raise BrokerError(
-                    f"no message from {part.topic}/{part.partition} at offset {next_offset} (planned end "
-                    f"{part.end}) within {poll_timeout_s:.0f}s",
-                    hint="check the broker; raise kafkaConsumer.pollTimeoutMs if it is just slow")
+                continue
+            # Past the log end the embedded broker answers with nothing at all, not "out of range"; the
+            # high watermark of its last fetch answer tells whether our range still exists.
+            high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)[1]
+            if 0 <= high <= next_offset:
+                _check_log_end(where, high, part.end)
+            if time.monotonic() - last_progress > poll_timeout_s:
+                raise BrokerError(f"no message from {where} at offset {next_offset} (planned end {part.end}) "
+                                  f"within {poll_timeout_s:.0f}s",
+                                  hint="check the broker; raise kafkaConsumer.pollTimeoutMs if it is just slow")
     finally:
         consumer.close()
 
@@ -240,23 +254,39 @@ class _Planner:
     def plan(self, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[KafkaInputPartition]:
         """One input partition per topic-partition with messages in ``[start, end)``.
 
-        Partitions missing from ``start`` are new since the last batch and start at earliest. A start
-        that retention has already removed is data loss: refused by default (``failOnDataLoss``).
+        Partitions missing from ``start`` are new since the last batch and start at earliest. Messages the
+        stream has not read but Kafka no longer holds are data loss (see :meth:`check_loss`); with
+        ``failOnDataLoss=false`` such a partition is read from its earliest offset instead.
         """
         tps = sorted(end)
         earliest = self.earliest(tps)
         starts = {tp: start.get(tp, earliest[tp]) for tp in tps}
-        lost = [tp for tp in tps if starts[tp] < earliest[tp] and end[tp] > starts[tp]]
-        if lost and self.options.fail_on_data_loss:
-            raise GapError(
-                "messages the stream has not read yet are no longer in Kafka: "
-                + ", ".join(f"{t}/{p} needs {starts[(t, p)]}, log starts at {earliest[(t, p)]}" for t, p in lost),
-                hint="re-run the full load to resync the tables, or set failOnDataLoss=false to skip ahead")
-        for tp in lost:
-            log.warning("skipping lost offsets of %s/%s: %s..%s", tp[0], tp[1], starts[tp], earliest[tp])
+        for tp in self.check_loss(starts, end, earliest):
+            log.warning("data loss in %s/%s: reading %s..%s instead of %s..%s", tp[0], tp[1], earliest[tp],
+                        end[tp], starts[tp], end[tp])
             starts[tp] = earliest[tp]
         return [KafkaInputPartition(topic, partition, starts[(topic, partition)], end[(topic, partition)])
                 for topic, partition in tps if end[(topic, partition)] > starts[(topic, partition)]]
+
+    def check_loss(self, starts: Mapping[TP, int], ends: Mapping[TP, int],
+                   earliest: Mapping[TP, int] | None = None) -> list[TP]:
+        """Partitions where unread messages are gone; a :class:`GapError` unless ``failOnDataLoss=false``.
+
+        Two ways to lose them: retention removed offsets before the log's start (needs ``earliest``), or
+        the log now ends before where the stream already is (topic deleted and recreated, broker data lost:
+        the embedded broker forgets everything on restart).
+        """
+        problems: dict[TP, str] = {}
+        for tp, start in starts.items():
+            if ends[tp] < start:
+                problems[tp] = f"{tp[0]}/{tp[1]} ends at {ends[tp]} but the stream already read up to {start}"
+            elif earliest is not None and start < earliest[tp] and ends[tp] > start:
+                problems[tp] = f"{tp[0]}/{tp[1]} needs offset {start} but the log starts at {earliest[tp]}"
+        if problems and self.options.fail_on_data_loss:
+            raise GapError("messages the stream has not read are no longer in Kafka: " + "; ".join(problems.values()),
+                           hint="re-run the full load and start the stream from a new checkpoint, or set "
+                                "failOnDataLoss=false to read such partitions again from their earliest offset")
+        return sorted(problems)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -289,9 +319,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = self._target if self._target is not None else self._planner.latest(self._planner.partitions())
         new = [tp for tp in ends if tp not in start]
         starts = {**self._planner.earliest(new), **start}
-        # A partition that vanished (topic deleted) keeps its offset so the checkpoint never goes backwards.
-        merged_ends = {tp: max(ends.get(tp, offset), offset) for tp, offset in starts.items()}
-        return {tp: starts[tp] for tp in merged_ends}, merged_ends
+        # A partition that vanished (topic deleted) keeps its offset; one whose log shrank is data loss,
+        # refused here, before Spark writes the batch to its offset log.
+        merged_ends = {tp: ends.get(tp, offset) for tp, offset in starts.items()}
+        self._planner.check_loss(starts, merged_ends)
+        return starts, merged_ends
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         starts, ends = self._available(from_json(start))

@@ -140,6 +140,30 @@ def test_pattern_subscription_picks_up_a_topic_created_after_the_query_started(k
         [(first, i) for i in range(20)] + [(second, i) for i in range(100, 130)])
 
 
+def test_a_recreated_topic_stops_the_stream_loudly_unless_fail_on_data_loss_is_off(kafka_spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, range(50))
+    checkpoint = str(tmp_path / "checkpoint")
+    assert len(run_available_now(stream(kafka_spark, broker.bootstrap, subscribe=topic,
+                                        startingOffsets="earliest"), checkpoint)[0]) == 50
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=10)
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(timeout=10)
+    produce(broker.bootstrap, topic, range(100, 110))
+
+    failing = (stream(kafka_spark, broker.bootstrap, subscribe=topic).writeStream.format("noop")
+               .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="no longer in Kafka"):
+        failing.awaitTermination(60)
+
+    lenient = stream(kafka_spark, broker.bootstrap, subscribe=topic, failOnDataLoss="false")
+    rows = [row for batch in run_available_now(lenient, checkpoint) for row in batch]
+    assert sorted(int(bytes(r.key)[1:]) for r in rows) == list(range(100, 110))
+
+
 def test_batch_read_honours_starting_and_ending_offsets(kafka_spark, broker):
     topic = create_topic(broker.bootstrap)
     produce(broker.bootstrap, topic, range(100))  # 50 per partition
