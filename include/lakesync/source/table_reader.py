@@ -50,6 +50,9 @@ TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 TEMPORAL_TYPES = {"date", "datetime", "timestamp"}
 NUMBER_TYPES = INTEGER_TYPES | {"decimal", "numeric", "float", "double", "real"}
+#: Types PyMySQL returns as bytes (everything else it decodes as text).
+RAW_BYTES_TYPES = BINARY_TYPES | {"bit", "geometry", "point", "linestring", "polygon", "multipoint",
+                                  "multilinestring", "multipolygon", "geometrycollection", "geomcollection"}
 #: Upper bound for the text of one read; the server's max_allowed_packet may lower it.
 MAX_TEXT_BYTES = 16 * 1024 * 1024
 _NULL = "NULL"
@@ -245,7 +248,9 @@ def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
         return _ColumnPlan(nullable(f"CONCAT('\"', REPLACE({name}, '\"', '\"\"'), '\"')"), arrow_type, target, "none")
     if kind in BINARY_TYPES and pa.types.is_binary(arrow_type):
         return _ColumnPlan(nullable(f"HEX({name})"), pa.string(), target, "unhex")
-    return _ColumnPlan(nullable(f"HEX({name})"), pa.string(), target, "exact")
+    # Hex keeps any byte intact through the CSV; types PyMySQL returns as text go as their utf8mb4 text.
+    raw = name if kind in RAW_BYTES_TYPES else f"CONVERT({name} USING utf8mb4)"
+    return _ColumnPlan(nullable(f"HEX({raw})"), pa.string(), target, "exact")
 
 
 class RangeReader:
@@ -334,10 +339,9 @@ def pymysql_value(column: types.ColumnSpec, raw: bytes) -> Any:
     form as values read any other way.
     """
     kind = column.data_type
-    if kind in BINARY_TYPES or kind in {"bit", "geometry", "point", "linestring", "polygon", "multipoint",
-                                        "multilinestring", "multipolygon", "geometrycollection"}:
+    if kind in RAW_BYTES_TYPES:
         return raw
-    text = raw.decode("utf-8", errors="surrogateescape")
+    text = raw.decode("utf-8")
     if kind in INTEGER_TYPES:
         return int(text)
     if kind in {"decimal", "numeric"}:

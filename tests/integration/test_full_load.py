@@ -1,0 +1,333 @@
+"""The full load against the real server and real Delta tables: exact position, one commit per table,
+resumption, chunked mode under concurrent writes, every type of the type map, and the errors users meet."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from deltalake import DeltaTable
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from lakesync.config import Pipeline, parse_pipeline
+from lakesync.connections import MySQLConnection
+from lakesync.dev.stack import MYSQL_CONN_ID
+from lakesync.errors import LakesyncError, SchemaChangeError, SourceError
+from lakesync.full_load import ChunkTask, FullLoad, ThreadChunkRunner
+from lakesync.load_state import ChunkDone, LoadState
+from lakesync.positions import SourcePosition
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def make_pipeline(stack, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                  ) -> Callable[..., Pipeline]:
+    """A pipeline over ``fresh_database`` read by the least-privilege lakesync user, state in ``tmp_path``."""
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+
+    def build(**overrides: Any) -> Pipeline:
+        document = {
+            "name": "t", "source": {"conn_id": MYSQL_CONN_ID, "database": fresh_database},
+            "kafka": {"bootstrap_servers": "127.0.0.1:9", "topic_prefix": "t"},
+            "delta": {"root": str(tmp_path / "delta")}, "state_dir": str(tmp_path / "state"),
+            **overrides,
+        }
+        return parse_pipeline(document, source_name="t.yaml")
+
+    return build
+
+
+@pytest.fixture
+def db(mariadb, fresh_database: str) -> Iterator[pymysql.cursors.Cursor]:
+    """A root cursor (autocommit) in the fresh database."""
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        yield cur
+
+
+def _rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
+    return sorted(DeltaTable(pipeline.delta.table_uri(table)).to_pyarrow_table().to_pylist(),
+                  key=lambda row: tuple(str(v) for v in row.values()))
+
+
+def _make_numbers(cur: pymysql.cursors.Cursor, table: str, rows: int) -> None:
+    cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL)")
+    cur.execute(f"INSERT INTO {table} SELECT seq, seq * 10 FROM seq_1_to_{rows}")
+
+
+# -- position ----------------------------------------------------------------------------------------------
+def test_position_is_exactly_the_snapshots(make_pipeline, db, mariadb) -> None:
+    """A change committed before the snapshot is in the load; one committed after is not, and it is the
+    first change the binlog holds at or after the recorded position."""
+    db.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+    db.execute("CREATE TABLE b (id INT PRIMARY KEY, v INT)")
+    db.execute("INSERT INTO a VALUES (1, 1)")
+    db.execute("INSERT INTO b VALUES (1, 1)")  # committed before the snapshot
+    after_the_snapshot = []
+
+    def on_progress(table: str, rows: int, total: int) -> None:
+        if table == "a" and not after_the_snapshot:  # the snapshot is open; b is not read yet
+            db.execute("INSERT INTO b VALUES (2, 2)")
+            after_the_snapshot.append(True)
+
+    pipeline = make_pipeline()
+    FullLoad(pipeline, on_progress=on_progress).run()
+
+    assert [row["id"] for row in _rows(pipeline, "b")] == [1]
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    position = state.position
+    assert position is not None and position.gtid
+    assert {row["_lakesync_pos"] for row in _rows(pipeline, "b")} == {position.key()}
+    inserts = _binlog_changes(mariadb, position, schema=db.connection.db.decode())
+    assert [(kind, table, values) for kind, table, values, _ in inserts] == [("insert", "b", {"id": 2, "v": 2})]
+    assert inserts[0][3] > position
+
+
+def _binlog_changes(mariadb, start: SourcePosition, *, schema: str) -> list[tuple[str, str, dict, SourcePosition]]:
+    """Row changes from ``start`` to the end of the binlog, each with its lakesync position."""
+    stream = BinLogStreamReader(
+        connection_settings={"host": mariadb.host, "port": mariadb.port, "user": "root",
+                             "passwd": mariadb.root_password},
+        server_id=5000 + uuid.uuid4().int % 100_000, resume_stream=True, log_file=start.file,
+        log_pos=start.offset, blocking=False, only_schemas=[schema],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
+    changes = []
+    try:
+        for event in stream:
+            for index, row in enumerate(event.rows):
+                position = SourcePosition(stream.log_file, event.packet.log_pos, index + 1)
+                if isinstance(event, WriteRowsEvent):
+                    changes.append(("insert", event.table, row["values"], position))
+                elif isinstance(event, UpdateRowsEvent):
+                    changes.append(("update", event.table, row["after_values"], position))
+                else:
+                    changes.append(("delete", event.table, row["values"], position))
+    finally:
+        stream.close()
+    return changes
+
+
+# -- commits and resumption ----------------------------------------------------------------------------------
+def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) -> None:
+    _make_numbers(db, "numbers", 5000)
+    pipeline = make_pipeline()
+    for mode in ("consistent", "chunked"):
+        (result,) = FullLoad(pipeline, mode=mode, restart=True).run()
+        table = DeltaTable(pipeline.delta.table_uri("numbers"))
+        history = table.history()
+        assert result.rows == 5000 and table.version() == result.delta_version
+        assert history[0]["lakesync.position"] == result.position.key()
+        assert history[0]["lakesync.mode"] == mode
+        assert table.to_pyarrow_table().num_rows == 5000
+    assert len(table.history()) == 2  # two loads, two commits
+
+
+def test_interrupted_load_resumes_without_rereading_finished_tables(make_pipeline, db) -> None:
+    for name in ("t1", "t2", "t3"):
+        _make_numbers(db, name, 300)
+    pipeline = make_pipeline()
+    reads: list[str] = []
+
+    def crash_in_t2(table: str, rows: int, total: int) -> None:
+        reads.append(table)
+        if table == "t2":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        FullLoad(pipeline, on_progress=crash_in_t2).run()
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    assert state.is_done("t1") and not state.is_done("t2")
+    assert not DeltaTable.is_deltatable(pipeline.delta.table_uri("t2"))  # nothing half-visible
+
+    reads.clear()
+    results = FullLoad(pipeline, on_progress=lambda table, rows, total: reads.append(table)).run()
+    assert set(reads) == {"t2", "t3"}
+    assert [(r.table, r.skipped, r.rows) for r in results] == [("t1", True, 300), ("t2", False, 300),
+                                                                ("t3", False, 300)]
+    assert DeltaTable(pipeline.delta.table_uri("t1")).version() == 0  # not written again
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    assert state.finished_at and all(state.is_done(name) for name in ("t1", "t2", "t3"))
+
+
+class _CountingRunner:
+    """The real thread runner, counting the chunks it is given and optionally failing after ``stop_after``."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.stop_after = stop_after
+        self.tasks: list[ChunkTask] = []
+
+    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
+        self.tasks.extend(tasks)
+        finished = 0
+
+        def counted(chunk: ChunkDone) -> None:
+            nonlocal finished
+            on_done(chunk)
+            finished += 1
+            if self.stop_after is not None and finished >= self.stop_after:
+                raise RuntimeError("worker lost")
+
+        ThreadChunkRunner(1).run(tasks, counted)
+
+
+def test_interrupted_chunked_table_resumes_its_missing_chunks(make_pipeline, db) -> None:
+    _make_numbers(db, "numbers", 1000)
+    pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 100})
+    first = _CountingRunner(stop_after=4)
+    with pytest.raises(RuntimeError, match="worker lost"):
+        FullLoad(pipeline, chunk_runner=first).run()
+    assert len(first.tasks) == 10
+    assert not DeltaTable.is_deltatable(pipeline.delta.table_uri("numbers"))
+
+    second = _CountingRunner()
+    (result,) = FullLoad(pipeline, chunk_runner=second).run()
+    assert len(second.tasks) == 6  # only the chunks the first run did not finish
+    assert result.rows == 1000
+    rows = _rows(pipeline, "numbers")
+    assert sorted(row["id"] for row in rows) == list(range(1, 1001))
+    assert len(DeltaTable(pipeline.delta.table_uri("numbers")).history()) == 1
+
+
+# -- chunked mode -------------------------------------------------------------------------------------------
+def test_chunked_load_under_concurrent_writes_converges_after_replay(make_pipeline, db, mariadb) -> None:
+    """Chunks read while rows change; replaying the binlog from the recorded position with the sink's rule
+    (apply only when the change's position is greater than the row's) gives exactly the source table."""
+    _make_numbers(db, "numbers", 3000)
+    pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 200})
+    stop = threading.Event()
+
+    def write() -> None:
+        with mariadb.connect(database=pipeline.source.database) as conn, conn.cursor() as cur:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                cur.execute("UPDATE numbers SET v = v + 1 WHERE id %% 97 = %s", (n % 97,))
+                cur.execute("DELETE FROM numbers WHERE id = %s", (1 + (n * 37) % 3000,))
+                cur.execute("INSERT INTO numbers VALUES (%s, %s)", (3000 + n, n))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        (result,) = FullLoad(pipeline).run()
+    finally:
+        stop.set()
+        writer.join()
+
+    target = {row["id"]: (row["v"], row["_lakesync_pos"]) for row in _rows(pipeline, "numbers")}
+    assert len({row["_lakesync_pos"] for row in _rows(pipeline, "numbers")}) > 1  # chunks at several positions
+    for kind, _, values, position in _binlog_changes(mariadb, result.position, schema=pipeline.source.database):
+        current = target.get(values["id"])
+        if current is not None and position.key() <= current[1]:
+            continue
+        target[values["id"]] = (None if kind == "delete" else values["v"], position.key())
+    live = {key: value for key, (value, _) in target.items() if value is not None}
+    db.execute("SELECT id, v FROM numbers")
+    assert live == dict(db.fetchall())
+
+
+def test_composite_and_missing_keys_load_every_row_once(make_pipeline, db) -> None:
+    db.execute("CREATE TABLE balances (account CHAR(4) NOT NULL, day DATE NOT NULL, amount DECIMAL(10,2), "
+               "PRIMARY KEY (account, day))")
+    db.execute("INSERT INTO balances SELECT CONCAT('A', seq % 7), DATE '2026-01-01' + INTERVAL seq DAY, seq "
+               "FROM seq_1_to_700")
+    db.execute("CREATE TABLE log (at INT, msg TEXT)")
+    db.execute("INSERT INTO log SELECT seq % 5, CONCAT('line, \"', seq, '\"\\n') FROM seq_1_to_250")
+    for mode in ("chunked", "consistent"):
+        pipeline = make_pipeline(snapshot={"mode": mode, "chunk_rows": 100})
+        results = {r.table: r for r in FullLoad(pipeline, restart=True).run()}
+        assert results["balances"].rows == 700 and results["log"].rows == 250
+        keys = [(row["account"], row["day"]) for row in _rows(pipeline, "balances")]
+        assert len(set(keys)) == 700
+        messages = sorted(row["msg"] for row in _rows(pipeline, "log"))
+        assert messages == sorted(f'line, "{n}"\n' for n in range(1, 251))
+
+
+# -- types ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["consistent", "chunked"])
+def test_every_type_in_the_type_map_loads_equal_to_the_expected_value(make_pipeline, db, mode: str) -> None:
+    """Reuses the type map test's table: one column per map row, edge values and a NULL row."""
+    from test_type_map import CASES, ROW_COUNT, _literal
+
+    db.execute("SET SESSION sql_mode = ''")
+    columns = ", ".join(f"`{case.name}` {case.ddl}" for case in CASES)
+    db.execute(f"CREATE TABLE type_map (row_no INT PRIMARY KEY, {columns})")
+    for row in range(ROW_COUNT):
+        db.execute(f"INSERT INTO type_map VALUES ({row}, {', '.join(_literal(case, row)[0] for case in CASES)})")
+    pipeline = make_pipeline(snapshot={"mode": mode, "chunk_rows": 100})
+    FullLoad(pipeline).run()
+    table = DeltaTable(pipeline.delta.table_uri("type_map")).to_pyarrow_table().sort_by("row_no")
+    for case in CASES:
+        assert table.schema.field(case.name).type == case.arrow_type, case.name
+        expected = [_literal(case, row)[1] for row in range(ROW_COUNT)]
+        assert table.column(case.name).to_pylist() == expected, case.name
+
+
+# -- bad input -----------------------------------------------------------------------------------------------
+def test_unknown_table_is_named_with_the_tables_there(make_pipeline, db) -> None:
+    _make_numbers(db, "numbers", 3)
+    with pytest.raises(SourceError, match="no table nope") as error:
+        FullLoad(make_pipeline(), tables=["nope"]).run()
+    assert "numbers" in (error.value.hint or "")
+
+
+def test_wrong_credentials_are_a_clear_error(make_pipeline, db, mariadb) -> None:
+    _make_numbers(db, "numbers", 3)
+    wrong = MySQLConnection(mariadb.host, mariadb.port, "lakesync", pydantic_secret("not-the-password"))
+    with pytest.raises(SourceError, match="refused the credentials"):
+        FullLoad(make_pipeline(), connection=wrong).run()
+
+
+def pydantic_secret(value: str) -> Any:
+    from pydantic import SecretStr
+
+    return SecretStr(value)
+
+
+def test_table_the_user_may_not_read_is_named_with_the_fix(make_pipeline, db, mariadb) -> None:
+    _make_numbers(db, "numbers", 3)
+    _make_numbers(db, "other", 3)
+    database = db.connection.db.decode()
+    user, password = f"u{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    db.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
+    try:
+        db.execute(f"GRANT REPLICATION CLIENT, RELOAD ON *.* TO '{user}'@'127.0.0.1'")
+        db.execute(f"GRANT SELECT ON `{database}`.other TO '{user}'@'127.0.0.1'")
+        limited = MySQLConnection(mariadb.host, mariadb.port, user, pydantic_secret(password))
+        with pytest.raises(SourceError, match=r"no table numbers .* can't see it"):
+            FullLoad(make_pipeline(), connection=limited, tables=["numbers"]).run()
+    finally:
+        db.execute(f"DROP USER '{user}'@'127.0.0.1'")
+
+
+def test_binlog_row_image_other_than_full_is_refused(make_pipeline, db) -> None:
+    _make_numbers(db, "numbers", 3)
+    db.execute("SET GLOBAL binlog_row_image = 'MINIMAL'")
+    try:
+        with pytest.raises(SourceError, match="binlog_row_image is MINIMAL"):
+            FullLoad(make_pipeline()).run()
+    finally:
+        db.execute("SET GLOBAL binlog_row_image = 'FULL'")
+
+
+def test_table_dropped_during_the_load_fails_it_without_a_trace_in_delta(make_pipeline, db) -> None:
+    _make_numbers(db, "a", 10)
+    _make_numbers(db, "b", 10)
+
+    def drop_b(table: str, rows: int, total: int) -> None:
+        if table == "a":
+            db.execute("DROP TABLE IF EXISTS b")
+
+    pipeline = make_pipeline()
+    with pytest.raises((SchemaChangeError, SourceError)) as error:
+        FullLoad(pipeline, on_progress=drop_b).run()
+    assert isinstance(error.value, LakesyncError) and "b" in error.value.message
+    assert not DeltaTable.is_deltatable(pipeline.delta.table_uri("b"))
+    assert LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).is_done("a")
