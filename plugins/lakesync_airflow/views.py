@@ -1,0 +1,93 @@
+"""The status view: a small FastAPI app the Airflow 3 API server mounts at ``/lakesync``.
+
+``/lakesync/status`` is an HTML page (shown inside the Airflow UI through the plugin's external view),
+``/lakesync/api/status`` the same data as JSON. Pages are rendered on the server, so the view needs no
+JavaScript build; it refreshes itself every 10 seconds.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from lakesync.config import load_pipeline_file, pipeline_files
+from lakesync.errors import LakesyncError
+from lakesync_airflow.status import pipeline_status
+
+app = FastAPI(title="lakesync status", description="Pipelines, tables, applied positions and lag")
+
+
+def all_status() -> list[dict[str, Any]]:
+    """Every pipeline's status; a pipeline that cannot be read shows its error instead of hiding the rest."""
+    result = []
+    for file in pipeline_files():
+        try:
+            result.append(pipeline_status(load_pipeline_file(file)))
+        except LakesyncError as exc:
+            result.append({"pipeline": file.stem, "error": str(exc), "tables": []})
+    return result
+
+
+@app.get("/api/status")
+def status_json() -> list[dict[str, Any]]:
+    return all_status()
+
+
+def _cell(value: Any) -> str:
+    return "<td>" + ("&mdash;" if value in (None, "") else html.escape(str(value))) + "</td>"
+
+
+def _when(ms: int | None) -> str | None:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ms else None
+
+
+def _lag(seconds: float | None) -> str | None:
+    return None if seconds is None else f"{seconds:,.0f} s"
+
+
+def _table_row(row: dict[str, Any]) -> str:
+    load = row.get("full_load") or {}
+    settled = row.get("last_settlement") or {}
+    interval = f"{settled.get('interval_start', '')[:16]} → {(settled.get('interval_end') or '')[:16]}" if settled else None
+    return "<tr>" + "".join([
+        _cell(row.get("table")), _cell(row.get("semantics")), _cell(row.get("applied_position")),
+        _cell(_lag(row.get("lag_seconds"))), _cell(_when(row.get("last_batch_ms"))),
+        _cell(f"{load.get('status')} · {load.get('rows')} rows" if load else None), _cell(load.get("finished_at")),
+        _cell(interval), _cell(_when(settled.get("committed_ms"))),
+    ]) + "</tr>"
+
+
+def render(pipelines: list[dict[str, Any]]) -> str:
+    sections = []
+    for status in pipelines:
+        header = f"<h2>pipeline {html.escape(status['pipeline'])}</h2>"
+        if status.get("error"):
+            sections.append(header + f"<pre class='error'>{html.escape(status['error'])}</pre>")
+            continue
+        load = status.get("full_load") or {}
+        meta = (f"<p>source <code>{html.escape(str(status.get('source')))}</code> · Delta "
+                f"<code>{html.escape(str(status.get('delta_root')))}</code> · full load position "
+                f"<code>{html.escape(str(load.get('position') or '—'))}</code></p>")
+        rows = "".join(_table_row(row) for row in status["tables"]) or "<tr><td colspan=9>no tables yet</td></tr>"
+        sections.append(
+            header + meta + "<table><thead><tr><th>table</th><th>semantics</th><th>applied position</th>"
+            "<th>lag</th><th>last batch</th><th>full load</th><th>loaded at</th><th>last validated settlement</th>"
+            f"<th>settled at</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    body = "".join(sections) or "<p>no pipeline files found</p>"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='10'>"
+        "<title>lakesync status</title><style>body{font-family:sans-serif;margin:1.5em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
+        "th{background:#f3f3f3}.error{color:#a00}</style></head>"
+        f"<body><h1>lakesync status</h1>{body}</body></html>"
+    )
+
+
+@app.get("/status", response_class=HTMLResponse)
+def status_page() -> str:
+    return render(all_status())
