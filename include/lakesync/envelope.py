@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from lakesync.errors import LakesyncError
-from lakesync.positions import SourcePosition, binlog_file_index, file_stem
+from lakesync.positions import MIN_KEY, SourcePosition, binlog_file_index, file_stem
 
 EVENT_FORMAT = "lakesync.event.v1"
 SCHEMA_FORMAT = "lakesync.schema.v1"
@@ -46,6 +46,14 @@ _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 
 Headers = list[tuple[str, bytes]]
+_OP_BYTES = {op: op.encode() for op in _OPS}
+_FORMAT_BYTES = EVENT_FORMAT.encode()
+_ROW_WIDTH = len(MIN_KEY.rsplit(".", 1)[1])
+_last_key_base: tuple[tuple[str, int], str] = (("", -1), "")
+_names: dict[str, str] = {}
+_file_json: dict[str, str] = {}
+_source_prefixes: dict[tuple[str, str, str, int], str] = {}
+_SNAPSHOT_JSON = {True: '"true"', False: '"false"'}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
 
@@ -117,30 +125,74 @@ def _source_block(event: ChangeEvent | SchemaChangeEvent, *, row: int, snapshot:
 
 
 def encode_key(event: ChangeEvent) -> bytes:
-    if event.key is not None and not event.key_is_row:
-        return _dumps(event.key).encode()
+    key = event.key
+    if key is not None and not event.key_is_row:
+        if len(key) == 1:
+            ((name, value),) = key.items()
+            if type(value) is int:  # the common case, without a trip through the JSON encoder
+                return f"{{{_json_name(name)}:{value}}}".encode()
+        return _dumps(key).encode()
     row = event.after if event.after is not None else event.before
     return _dumps(row).encode()
 
 
+def _json_name(name: str) -> str:
+    quoted = _names.get(name)
+    if quoted is None:
+        quoted = _names[name] = _dumps(name)
+    return quoted
+
+
+def _position_key(position: SourcePosition) -> str:
+    """:meth:`SourcePosition.key`, reusing the file/offset part across the rows of one binlog event."""
+    global _last_key_base
+    base_of, base = _last_key_base
+    if base_of != (position.file, position.offset):
+        base = position.with_row(0).key()[:-_ROW_WIDTH]
+        _last_key_base = ((position.file, position.offset), base)
+    return f"{base}{position.row:0{_ROW_WIDTH}d}"
+
+
+def _source_prefix(event: ChangeEvent) -> str:
+    """The constant head of a table's ``source`` block, JSON-encoded once per (name, db, table, server)."""
+    cache_key = (event.name, event.db, event.table, event.server_id)
+    prefix = _source_prefixes.get(cache_key)
+    if prefix is None:
+        head = _dumps({"version": EVENT_FORMAT, "connector": CONNECTOR, "name": event.name, "db": event.db,
+                       "table": event.table, "server_id": event.server_id})
+        prefix = _source_prefixes[cache_key] = head[:-1] + ","
+    return prefix
+
+
 def encode(event: ChangeEvent) -> tuple[bytes, bytes, Headers]:
-    """``(key, value, headers)`` of the Kafka record for ``event``."""
+    """``(key, value, headers)`` of the Kafka record for ``event``.
+
+    The value is assembled from pre-encoded pieces (the hot path of the relay); it is the same JSON
+    object :func:`decode` reads: ``{"before", "after", "source", "op", "ts_ms"}``.
+    """
     pos = event.position
-    value = {
-        "before": event.before,
-        "after": event.after,
-        "source": _source_block(event, row=pos.row - 1 if pos.row else 0,
-                                snapshot="true" if event.snapshot else "false"),
-        "op": event.op,
-        "ts_ms": event.emitted_ms if event.emitted_ms is not None else event.ts_ms,
-    }
+    row = pos.row
+    op = event.op
+    before, after = event.before, event.after
+    file = _file_json.get(pos.file)
+    if file is None:
+        file = _file_json[pos.file] = _dumps(pos.file)
+    gtid = _dumps(pos.gtid) if pos.gtid is not None else "null"
+    emitted = event.emitted_ms if event.emitted_ms is not None else event.ts_ms
+    value = (
+        f'{{"before":{_dumps(before) if before is not None else "null"},'
+        f'"after":{_dumps(after) if after is not None else "null"},'
+        f'"source":{_source_prefix(event)}"ts_ms":{event.ts_ms},'
+        f'"snapshot":{_SNAPSHOT_JSON[event.snapshot]},"gtid":{gtid},"file":{file},"pos":{pos.offset},'
+        f'"row":{row - 1 if row else 0}}},"op":"{op}","ts_ms":{emitted}}}'
+    )
     headers = [
-        (H_POS, pos.key().encode()),
-        (H_OP, event.op.encode()),
+        (H_POS, _position_key(pos).encode()),
+        (H_OP, _OP_BYTES[op]),
         (H_KEY, b"row" if event.key_is_row or event.key is None else b"pk"),
-        (H_FORMAT, EVENT_FORMAT.encode()),
+        (H_FORMAT, _FORMAT_BYTES),
     ]
-    return encode_key(event), _dumps(value).encode(), headers
+    return encode_key(event), value.encode(), headers
 
 
 def _header_map(headers: Iterable[tuple[str, bytes | str | None]] | Mapping[str, Any] | None) -> dict[str, str]:
