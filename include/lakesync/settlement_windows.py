@@ -87,3 +87,23 @@ def settlement_window(interval_start: datetime, interval_end: datetime, *, safet
 def app_id(table: str, window: SettlementWindow) -> str:
     """The Delta app transaction id of ``table``'s settlement of ``window``: its version counts the runs."""
     return f"{APP_ID_PREFIX}:{table}:{window.label}"
+
+
+def schedule_intervals(schedule: str, timezone: str, start: datetime, end: datetime
+                       ) -> list[tuple[datetime, datetime]]:
+    """The data intervals of cron ``schedule`` (in ``timezone``) that lie inside ``[start, end]``.
+
+    The same intervals Airflow's ``CronDataIntervalTimetable`` gives the settlement DAG, so the CLI and a
+    backfill settle identical intervals."""
+    from croniter import croniter
+
+    zone = ZoneInfo(timezone)
+    cursor = croniter(schedule, _aware(start, "from").astimezone(zone) - timedelta(microseconds=1))
+    intervals: list[tuple[datetime, datetime]] = []
+    begin = cursor.get_next(datetime)
+    while True:
+        finish = cursor.get_next(datetime)
+        if finish > end:
+            return intervals
+        intervals.append((begin.astimezone(UTC), finish.astimezone(UTC)))
+        begin = finish

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 from deltalake import DeltaTable
 
 from lakesync.config import parse_pipeline
@@ -102,3 +103,19 @@ def test_empty_interval_is_still_marked_settled_once(pipeline, mariadb, fresh_da
     table = DeltaTable(pipeline.delta.table_uri("transactions"))
     assert empty.delta_version == table.version() and again.delta_version is None
     assert table.transaction_version(f"settlement:transactions:{NOV_20:%Y%m%dT%H%M%SZ}") == 1
+
+
+def test_cli_settles_every_scheduled_interval_in_the_range(pipeline, mariadb, fresh_database, tmp_path):
+    from lakesync.cli.main import main
+
+    _book(mariadb, fresh_database, [(1, "1.00", "2026-11-17 12:00:00"), (2, "2.00", "2026-11-18 12:00:00"),
+                                    (3, "3.00", "2026-11-19 12:00:00")])
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "settle.yaml").write_text(yaml.safe_dump(pipeline.model_dump(mode="json")))
+    args = ["settle", "--pipeline", "settle", "--pipelines-dir", str(folder),
+            "--from", "2026-11-18T02:00Z", "--to", "2026-11-20T02:00Z"]
+    assert main(args) == 0
+    assert _rows(pipeline) == [(2, "2.00"), (3, "3.00")]  # the 17th lies before the first interval
+    commits = DeltaTable(pipeline.delta.table_uri("transactions")).history()
+    assert sorted(c["lakesync.settlement.interval_start"][:10] for c in commits) == ["2026-11-18", "2026-11-19"]

@@ -8,7 +8,7 @@ from itertools import pairwise
 import pytest
 
 from lakesync.errors import ConfigError
-from lakesync.settlement_windows import app_id, settlement_window
+from lakesync.settlement_windows import app_id, schedule_intervals, settlement_window
 
 DAY = timedelta(days=1)
 START = datetime(2026, 11, 19, 2, 0, tzinfo=UTC)
@@ -73,3 +73,13 @@ def test_naive_datetimes_are_refused():
 def test_negative_safety_window_is_refused():
     with pytest.raises(ConfigError, match=">= 0"):
         settlement_window(START, START + DAY, safety_window=timedelta(seconds=-1))
+
+
+def test_schedule_intervals_are_the_cron_intervals_inside_the_range():
+    intervals = schedule_intervals("0 2 * * *", "UTC", START, START + 3 * DAY)
+    assert intervals == [(START + k * DAY, START + (k + 1) * DAY) for k in range(3)]
+
+
+def test_schedule_intervals_skip_a_partial_interval_at_either_end():
+    intervals = schedule_intervals("0 2 * * *", "UTC", START + timedelta(hours=1), START + 2 * DAY + timedelta(hours=1))
+    assert intervals == [(START + DAY, START + 2 * DAY)]
