@@ -7,6 +7,7 @@ the deployment fails here rather than at a team's first ``docker compose up``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -372,3 +373,70 @@ def test_no_literal_passwords_in_compose_or_deploy() -> None:
                 if _literal_secret(literal):
                     found.append(f"{path.relative_to(REPO)}:{number}: IDENTIFIED BY")
     assert found == []
+
+
+def _relay_probe():
+    spec = importlib.util.spec_from_file_location("relay_streaming", DEPLOY / "healthchecks" / "relay_streaming.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeSource:
+    """A connection whose SHOW PROCESSLIST returns ``commands`` (column 5 of each row, as MySQL does)."""
+
+    def __init__(self, commands: list[str]) -> None:
+        self.rows = [(index, "lakesync", "10.0.0.9:4711", None, command, 0, "", None)
+                     for index, command in enumerate(commands)]
+
+    def __enter__(self) -> _FakeSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def cursor(self) -> _FakeSource:
+        return self
+
+    def execute(self, sql: str) -> None:
+        assert sql == "SHOW PROCESSLIST"
+
+    def fetchall(self) -> list[tuple]:
+        return self.rows
+
+
+@pytest.mark.parametrize(("commands", "healthy"), [
+    (["Query", "Binlog Dump GTID"], True),
+    (["Binlog Dump"], True),
+    (["Query", "Sleep"], False),
+])
+def test_relay_healthcheck_is_healthy_only_while_a_binlog_stream_is_open(
+    commands: list[str], healthy: bool, services: dict[str, dict], isolated_env: pytest.MonkeyPatch
+) -> None:
+    probe = _relay_probe()
+    relay = services["lakesync-relay"]
+    for name, value in _env(relay).items():
+        isolated_env.setenv(name, value)
+    isolated_env.setenv("LAKESYNC_PIPELINES_DIR", str(_host_path(relay, _env(relay)["LAKESYNC_PIPELINES_DIR"])))
+    isolated_env.setattr(probe.pymysql, "connect", lambda **kwargs: _FakeSource(commands))
+    assert probe.main(relay["healthcheck"]["test"][-1]) == (0 if healthy else 1)
+
+
+def test_relay_healthcheck_fails_cleanly_when_the_source_is_down(
+    services: dict[str, dict], isolated_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probe = _relay_probe()
+    relay = services["lakesync-relay"]
+    for name, value in _env(relay).items():
+        isolated_env.setenv(name, value)
+    isolated_env.setenv("LAKESYNC_PIPELINES_DIR", str(_host_path(relay, _env(relay)["LAKESYNC_PIPELINES_DIR"])))
+
+    def refuse(**kwargs: object) -> None:
+        raise probe.pymysql.err.OperationalError(2003, "Can't connect to MySQL server on 'mysql'")
+
+    isolated_env.setattr(probe.pymysql, "connect", refuse)
+    assert probe.main("team") == 1
+    error = capsys.readouterr().err
+    assert "cannot reach lakesync@mysql:3306" in error
+    assert DOT_ENV["LAKESYNC_MYSQL_PASSWORD"] not in error
