@@ -233,8 +233,8 @@ class _Planner:
     def latest(self, tps: Sequence[TP]) -> dict[TP, int]:
         return kafka_offsets.true_end_offsets(self.consumer, tps)
 
-    def resolve(self, spec: OffsetSpec, tps: Sequence[TP]) -> dict[TP, int]:
-        """Concrete offsets for ``spec``; partitions a JSON spec leaves out start at earliest."""
+    def resolve(self, spec: OffsetSpec, tps: Sequence[TP], *, missing: int = EARLIEST) -> dict[TP, int]:
+        """Concrete offsets for ``spec``; partitions a JSON spec leaves out get ``missing`` (-2 or -1)."""
         if spec.kind == "earliest":
             return self.earliest(tps)
         if spec.kind == "latest":
@@ -246,8 +246,8 @@ class _Planner:
             raise ConfigError("offsets were given for partitions that don't exist: "
                               + ", ".join(f"{t}/{p}" for t, p in unknown),
                               hint="check the topic names and partition numbers in the offsets JSON")
-        need_earliest = [tp for tp in tps if given.get(tp, EARLIEST) == EARLIEST]
-        need_latest = [tp for tp in tps if given.get(tp) == LATEST]
+        need_earliest = [tp for tp in tps if given.get(tp, missing) == EARLIEST]
+        need_latest = [tp for tp in tps if given.get(tp, missing) == LATEST]
         resolved = {**self.earliest(need_earliest), **self.latest(need_latest)}
         return {tp: resolved.get(tp, given.get(tp, 0)) for tp in tps}
 
@@ -361,7 +361,12 @@ class KafkaBatchReader(DataSourceReader):
         try:
             tps = planner.partitions()
             start = planner.resolve(self.options.starting or OffsetSpec("earliest"), tps)
-            return planner.plan(start, planner.resolve(self.options.ending or OffsetSpec("latest"), tps))
+            end = planner.resolve(self.options.ending or OffsetSpec("latest"), tps, missing=LATEST)
+            backwards = [f"{t}/{p}: {start[(t, p)]} > {end[(t, p)]}" for t, p in tps if start[(t, p)] > end[(t, p)]]
+            if backwards:
+                raise ConfigError("startingOffsets is after endingOffsets for " + ", ".join(backwards),
+                                  hint="check both offset options; offsets are the next message to read")
+            return planner.plan(start, end)
         finally:
             planner.close()
 

@@ -175,6 +175,12 @@ def test_batch_read_honours_starting_and_ending_offsets(kafka_spark, broker):
     assert sorted((r.partition, r.offset) for r in rows) == \
         [(0, offset) for offset in range(10, 20)] + [(1, offset) for offset in range(50)]
 
+    backwards = (kafka_spark.read.format(SOURCE_NAME).option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("subscribe", topic).option("startingOffsets", f'{{"{topic}": {{"0": 30}}}}')
+                 .option("endingOffsets", f'{{"{topic}": {{"0": 20}}}}'))
+    with pytest.raises(Exception, match="startingOffsets is after endingOffsets"):
+        backwards.load().collect()
+
 
 @pytest.mark.slow
 def test_throughput_of_200k_messages_into_a_counting_foreach_batch(kafka_spark, broker, tmp_path):
