@@ -8,6 +8,7 @@ events, not from today's ``information_schema``). Each refusal names the variabl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,9 @@ import pymysql
 
 from lakesync.errors import BinlogPurgedError, SourceError
 from lakesync.positions import SourcePosition
+
+log = logging.getLogger(__name__)
+_ACCESS_DENIED = (1227, 1045, 1142)
 
 #: (variable, required value) checked by :func:`check_binlog_settings`, in the order a DBA fixes them.
 REQUIRED_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -126,8 +130,14 @@ def check_server_id_unique(conn: Any, server_id: int) -> None:
     """
     try:
         hosts = _query_all(conn, "SHOW SLAVE HOSTS")
-    except pymysql.err.MySQLError:
-        hosts = []
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] in _ACCESS_DENIED:
+            log.warning(
+                "cannot check that server id %d is unique: the user may not run SHOW SLAVE HOSTS "
+                "(MariaDB >= 10.5 needs the REPLICATION MASTER ADMIN privilege for it)", server_id)
+            hosts = []
+        else:
+            raise
     if any(int(row[0]) == server_id for row in hosts):
         raise SourceError(
             f"server id {server_id} is already used by a replica of the source (SHOW SLAVE HOSTS)",

@@ -1,0 +1,205 @@
+"""The relay against the real embedded MariaDB and broker: order, positions, schema changes, resume, guards."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from lakesync.config import Pipeline, parse_pipeline
+from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
+from lakesync.envelope import ChangeEvent, decode, decode_schema_change
+from lakesync.errors import BinlogPurgedError, SchemaChangeError
+from lakesync.positions import SourcePosition
+from lakesync.relay import Relay, covered_range
+from lakesync.relay.offsets import ProgressStore
+from lakesync.source.server_checks import current_position
+
+pytestmark = pytest.mark.integration
+
+MakePipeline = Callable[..., Pipeline]
+
+
+@pytest.fixture
+def make_pipeline(stack, monkeypatch, tmp_path) -> MakePipeline:
+    """A pipeline on the embedded stack for ``database``, with its own server id and topic prefix."""
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+
+    def make(database: str, **tables: Any) -> Pipeline:
+        server_id = random.randrange(30_000, 60_000)
+        return parse_pipeline({
+            "name": "relaytest",
+            "source": {"conn_id": MYSQL_CONN_ID, "database": database, "server_id": server_id},
+            "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"rt{server_id}"},
+            "delta": {"root": str(tmp_path / "delta")},
+            "state_dir": str(tmp_path / "state"),
+            "tables": tables,
+        }, source_name="test")
+
+    return make
+
+
+def read_topic(bootstrap: str, topic: str, *, settle: float = 1.0, timeout: float = 15.0) -> list[Any]:
+    """Every record of a one-partition topic (the embedded broker's high watermark is unreliable: read
+    until nothing more arrives)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay-tests", "enable.auto.commit": "false"})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    records, deadline = [], time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(settle)
+            if message is None:
+                if records:
+                    break
+                continue
+            if not message.error():
+                records.append(message)
+    finally:
+        consumer.close()
+    return records
+
+
+def changes(bootstrap: str, topic: str) -> list[ChangeEvent]:
+    return [decode(m.value(), m.headers(), key=m.key()) for m in read_topic(bootstrap, topic)]
+
+
+@pytest.fixture
+def db(mariadb, fresh_database) -> Iterator[Any]:
+    with mariadb.connect(database=fresh_database) as conn:
+        yield conn
+
+
+def _run(conn: Any, pipeline: Pipeline, start: SourcePosition | None, **kwargs: Any):
+    return Relay(pipeline, heartbeat_seconds=0.3).run(from_position=start, stop_when_idle_seconds=1.0, **kwargs)
+
+
+def test_inserts_updates_deletes_arrive_in_order_per_key_with_positions(db, broker, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE accounts (id INT UNSIGNED PRIMARY KEY, owner VARCHAR(20), balance DECIMAL(12,2))")
+        start = current_position(db)
+        cur.execute("INSERT INTO accounts VALUES (1, 'ann', 10.00), (2, 'bob', 20.00)")
+        cur.execute("UPDATE accounts SET balance = 11.50 WHERE id = 1")
+        cur.execute("DELETE FROM accounts WHERE id = 2")
+        cur.execute("UPDATE accounts SET id = 3 WHERE id = 1")  # a primary-key change
+    pipeline = make_pipeline(fresh_database)
+    stats = _run(db, pipeline, start)
+    events = changes(broker.bootstrap, pipeline.topic("accounts"))
+
+    assert [(e.op, (e.after or e.before)["id"]) for e in events] == [
+        ("c", 1), ("c", 2), ("u", 1), ("d", 2), ("d", 1), ("c", 3)]
+    assert stats.events == 6 and stats.start == start
+    positions = [e.position for e in events]
+    assert all(p > start for p in positions)
+    assert positions[:4] == sorted(positions[:4]) and len(set(positions[:4])) == 4
+    assert positions[4] == positions[5], "a key change is one row: its delete and create share the position"
+    assert events[2].before == {"id": 1, "owner": "ann", "balance": "10.00"}
+    assert events[2].after == {"id": 1, "owner": "ann", "balance": "11.50"}
+    assert events[4].key == {"id": 1} and events[5].key == {"id": 3}
+    assert all(e.position.gtid for e in events)
+
+
+def test_add_column_mid_stream_keeps_decoding_with_the_columns_of_each_row(db, broker, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
+        start = current_position(db)
+        cur.execute("INSERT INTO t VALUES (1, 'before')")
+        cur.execute("ALTER TABLE t ADD COLUMN b INT NOT NULL DEFAULT 7 AFTER id")
+        cur.execute("INSERT INTO t VALUES (2, 8, 'after')")
+    pipeline = make_pipeline(fresh_database)
+    _run(db, pipeline, start)
+    events = changes(broker.bootstrap, pipeline.topic("t"))
+    assert [e.after for e in events] == [{"id": 1, "a": "before"}, {"id": 2, "b": 8, "a": "after"}]
+
+    schema_records = read_topic(broker.bootstrap, pipeline.topic("_schema"))
+    alters = [decode_schema_change(m.value(), m.headers()) for m in schema_records]
+    assert [(s.kind, s.table, s.changes) for s in alters] == [
+        ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT"}])]
+    assert events[0].position < alters[0].position < events[1].position
+
+
+def test_ddl_the_relay_cannot_understand_on_a_selected_table_stops_it_clearly(db, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        cur.execute("INSERT INTO t VALUES (1)")
+        cur.execute("ALTER TABLE t ADD COLUMN (a INT, b INT)")
+    pipeline = make_pipeline(fresh_database)
+    with pytest.raises(SchemaChangeError, match=r"selected table .*\.t"):
+        _run(db, pipeline, start)
+    stored = ProgressStore.for_pipeline(pipeline).load()
+    assert stored is not None and stored.position > start, "progress up to the statement is kept"
+
+
+def test_unselected_tables_are_not_published(db, broker, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE kept (id INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE skipped (id INT PRIMARY KEY)")
+        start = current_position(db)
+        cur.execute("INSERT INTO skipped VALUES (1)")
+        cur.execute("ALTER TABLE skipped ADD COLUMN (a INT, b INT)")  # unreadable, but not ours
+        cur.execute("INSERT INTO kept VALUES (1)")
+    pipeline = make_pipeline(fresh_database, include=["kept"])
+    stats = _run(db, pipeline, start)
+    assert stats.tables == {"kept": 1}
+
+
+def test_table_without_a_key_uses_the_row_as_key(db, broker, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE log (msg VARCHAR(20), n INT)")
+        start = current_position(db)
+        cur.execute("INSERT INTO log VALUES ('hello', 1)")
+    pipeline = make_pipeline(fresh_database)
+    _run(db, pipeline, start)
+    (record,) = read_topic(broker.bootstrap, pipeline.topic("log"))
+    assert json.loads(record.key()) == {"msg": "hello", "n": 1}
+    assert dict(record.headers())["lakesync.key"] == b"row"
+
+
+def test_restart_resumes_from_stored_progress_and_covered_range_spans_both_runs(db, broker, fresh_database,
+                                                                                make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        for i in range(1, 6):
+            cur.execute(f"INSERT INTO t VALUES ({i})")
+    pipeline = make_pipeline(fresh_database)
+    first = _run(db, pipeline, start, max_events=2)
+    assert first.events == 2
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (6)")
+    second = _run(db, pipeline, None)
+    assert second.start_origin.startswith("stored progress")
+    assert second.start == first.position
+    ids = [e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))]
+    assert sorted(set(ids)) == [1, 2, 3, 4, 5, 6]
+    covered = covered_range(pipeline)
+    assert covered is not None
+    assert covered[0] == start.key() and covered[1] == second.position.key()
+
+
+def test_first_start_uses_the_full_load_position(db, broker, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1)")
+        loaded_at = current_position(db)
+        cur.execute("INSERT INTO t VALUES (2)")
+    pipeline = make_pipeline(fresh_database)
+    pipeline.pipeline_state_dir.mkdir(parents=True)
+    (pipeline.pipeline_state_dir / "full_load.json").write_text(json.dumps(
+        {"position": {"file": loaded_at.file, "offset": loaded_at.offset, "gtid": loaded_at.gtid}, "tables": {}}))
+    stats = _run(db, pipeline, None)
+    assert stats.start == loaded_at and stats.start_origin.startswith("the full load")
+    assert [e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))] == [2]
+
+
+def test_a_purged_binlog_position_is_refused_with_what_to_do(db, fresh_database, make_pipeline):
+    pipeline = make_pipeline(fresh_database)
+    gone = SourcePosition("binlog.000000", 4)  # older than any file the server still has
+    with pytest.raises(BinlogPurgedError, match="re-run the full load"):
+        _run(db, pipeline, gone)

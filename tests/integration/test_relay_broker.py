@@ -1,0 +1,34 @@
+"""Broker trouble: unacknowledged data is reported as a clear BrokerError, never passed over silently."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lakesync.dev.processes import free_port
+from lakesync.errors import BrokerError
+from lakesync.relay.publisher import Publisher
+
+
+def test_flush_raises_broker_error_when_the_broker_is_unreachable() -> None:
+    publisher = Publisher({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "1500"},
+                          flush_timeout_seconds=5)
+    publisher.send("nowhere.t", b'{"id":1}', b"{}", [])
+    began = time.monotonic()
+    with pytest.raises(BrokerError) as failed:
+        publisher.flush()
+    assert time.monotonic() - began < 6
+    assert "progress was not advanced" in failed.value.message or "not acknowledged" in failed.value.message
+    assert failed.value.hint
+
+
+@pytest.mark.integration
+def test_flush_returns_once_the_broker_acknowledged_everything(broker) -> None:
+    publisher = Publisher({"bootstrap.servers": broker.bootstrap})
+    topic = f"relay-ack-{free_port()}"
+    publisher.ensure_topic(topic, partitions=1)
+    for i in range(100):
+        publisher.send(topic, str(i).encode(), b"{}", [("lakesync.pos", b"x")])
+    publisher.flush()
+    assert publisher.sent == 100
