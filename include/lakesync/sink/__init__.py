@@ -1,0 +1,18 @@
+"""The Delta sink: snapshot writes, exactly-once position-versioned MERGE, tombstones (docs/sink.md)."""
+
+from lakesync.sink.changes import DELETED_MS, OP, POS, TS, ChangePlan, plan_changes
+from lakesync.sink.delta import ApplyResult, DeltaSink, Semantics
+from lakesync.sink.tombstones import tombstone_uri
+
+__all__ = [
+    "DELETED_MS",
+    "OP",
+    "POS",
+    "TS",
+    "ApplyResult",
+    "ChangePlan",
+    "DeltaSink",
+    "Semantics",
+    "plan_changes",
+    "tombstone_uri",
+]

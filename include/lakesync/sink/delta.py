@@ -1,0 +1,386 @@
+"""The Delta sink: snapshot writes and exactly-once, position-versioned MERGE with delta-rs.
+
+Target tables hold the user columns plus ``_lakesync_pos`` (position key), ``_lakesync_op`` (``r``, ``c``,
+``u``) and ``_lakesync_ts_ms`` (source commit time), live rows only, with the change data feed on.
+
+Exactly-once rests on three rules, each enforced here (docs/sink.md has the full argument):
+
+1. a change applies to a key only if its position is greater than the stored one (the MERGE predicates);
+   changes at or before the snapshot position are already in the snapshot and are dropped up front;
+2. a delete leaves a tombstone, written *before* the target's MERGE, and upserts at or before a tombstone
+   of their key are dropped, so a late or replayed insert never brings a deleted row back;
+3. each batch's commit carries the app transaction ``(app_id, batch_version)`` and a batch whose version
+   is already committed is skipped whole.
+
+One writer per table: the app transaction check and the MERGE are not atomic against a concurrent writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.schema import Field as DeltaField
+
+from lakesync.errors import ConfigError, SchemaChangeError, SinkError
+from lakesync.positions import SourcePosition
+from lakesync.sink.changes import (
+    DELETE_OP,
+    META_COLUMNS,
+    META_FIELDS,
+    OP,
+    POS,
+    check_changes,
+    drop_superseded,
+    plan_changes,
+)
+from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+
+Semantics = Literal["exactly_once", "append_log"]
+#: The app id under which the snapshot commit records its position (as an integer, see _encode_snapshot).
+SNAPSHOT_APP_ID = "lakesync.snapshot"
+_OFFSET_SPAN = 10**12
+_RESERVED_PREFIX = "_lakesync_"
+_CDF = "delta.enableChangeDataFeed"
+
+
+def quote(name: str) -> str:
+    """Quote a column name for a delta-rs SQL predicate or expression (backticks, doubled inside)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What :meth:`DeltaSink.apply_changes` did with one batch.
+
+    ``skipped`` is True when the batch's app transaction was already committed (a replay). ``stale``
+    counts changes that could not win: duplicates in the batch, changes at or before the snapshot
+    position, and upserts behind a tombstone. The ``rows_*`` come from the MERGE (or the append).
+    """
+
+    skipped: bool
+    changes: int
+    upserts: int = 0
+    deletes: int = 0
+    stale: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    table_version: int | None = None
+
+
+def _encode_snapshot(position: SourcePosition) -> int:
+    """A snapshot position as one int64 (file index * 10^12 + offset), the form a Delta txn version holds."""
+    if position.row != 0 or position.offset >= _OFFSET_SPAN:
+        raise SinkError(f"{position} is not a snapshot position", hint="snapshot positions have row 0")
+    return position.file_index * _OFFSET_SPAN + position.offset
+
+
+def _decode_snapshot(version: int) -> str:
+    return SourcePosition(f"snapshot.{version // _OFFSET_SPAN:06d}", version % _OFFSET_SPAN).key()
+
+
+def _arrow_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+class DeltaSink:
+    """Writes one lakesync table to Delta with delta-rs.
+
+    ``semantics="exactly_once"`` merges by ``key_columns``; ``"append_log"`` (tables without a key) appends
+    every change with its op and position, at-least-once, and leaves de-duplication to readers.
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        *,
+        key_columns: list[str],
+        semantics: Semantics = "exactly_once",
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        if semantics not in ("exactly_once", "append_log"):
+            raise ConfigError(f"unknown sink semantics {semantics!r}", hint="use exactly_once or append_log")
+        if semantics == "exactly_once" and not key_columns:
+            raise ConfigError(
+                f"{table_uri}: exactly_once needs key columns",
+                hint="give the primary key, or choose semantics append_log for tables without a key",
+            )
+        self.table_uri = table_uri
+        self.key_columns = list(key_columns)
+        self.semantics = semantics
+        self._storage_options = storage_options
+        self.tombstones = TombstoneStore(
+            tombstone_uri(table_uri), key_columns=self.key_columns, storage_options=storage_options
+        )
+
+    # -- reading the table's state ------------------------------------------------------------------------
+
+    def _open(self) -> DeltaTable:
+        try:
+            return DeltaTable(self.table_uri, storage_options=self._storage_options)
+        except TableNotFoundError as exc:
+            raise SinkError(
+                f"there is no Delta table at {self.table_uri}",
+                hint="run the full load first: it creates the table",
+            ) from exc
+
+    def _exists(self) -> bool:
+        return DeltaTable.is_deltatable(self.table_uri, storage_options=self._storage_options)
+
+    def committed_batch_version(self, app_id: str) -> int | None:
+        """The last batch version committed under ``app_id``, or None if none was."""
+        return self._open().transaction_version(app_id)
+
+    def snapshot_position(self) -> str | None:
+        """The position key the last :meth:`write_snapshot` recorded, or None before any snapshot."""
+        if not self._exists():
+            return None
+        version = self._open().transaction_version(SNAPSHOT_APP_ID)
+        return None if version is None else _decode_snapshot(version)
+
+    # -- snapshot -----------------------------------------------------------------------------------------
+
+    def write_snapshot(
+        self,
+        batches: Iterable[pa.RecordBatch] | pa.RecordBatchReader,
+        *,
+        schema: pa.Schema,
+        position: SourcePosition,
+        snapshot_ts_ms: int,
+        properties: dict[str, str] | None = None,
+    ) -> int:
+        """Replace the whole table with the snapshot in ONE Delta commit; returns the row count.
+
+        Batches stream through (memory holds a few batches, not the table). Rows get ``_lakesync_pos`` =
+        ``position.key()`` and op ``r``. The commit records the position twice: as the app transaction
+        ``lakesync.snapshot`` (durable, read by :meth:`snapshot_position`) and in the commit metadata
+        (``lakesync.snapshot.position`` / ``.token`` / ``.ts_ms``, for people reading the history).
+        ``properties`` are Delta table properties (``delta.*``; delta-rs rejects other keys).
+        """
+        self._check_user_schema(schema)
+        encoded = _encode_snapshot(position)
+        key = position.key()
+        out_schema = pa.schema([*schema, *META_FIELDS])
+        written = 0
+
+        def tagged() -> Iterator[pa.RecordBatch]:
+            nonlocal written
+            for batch in batches:
+                if batch.schema != schema:
+                    batch = batch.cast(schema)
+                n = batch.num_rows
+                written += n
+                yield pa.RecordBatch.from_arrays(
+                    [*batch.columns, pa.repeat(pa.scalar(key), n), pa.repeat(pa.scalar("r"), n),
+                     pa.repeat(pa.scalar(snapshot_ts_ms, pa.int64()), n)],
+                    schema=out_schema,
+                )
+
+        configuration = {_CDF: "true", **(properties or {})}
+        exists = self._exists()
+        if exists:
+            self._ensure_properties(configuration)
+        commit = CommitProperties(
+            app_transactions=[Transaction(SNAPSHOT_APP_ID, encoded)],
+            custom_metadata={
+                "lakesync.operation": "snapshot",
+                "lakesync.snapshot.position": key,
+                "lakesync.snapshot.token": position.token(),
+                "lakesync.snapshot.ts_ms": snapshot_ts_ms,
+            },
+        )
+        try:
+            write_deltalake(
+                self.table_uri,
+                pa.RecordBatchReader.from_batches(out_schema, tagged()),
+                mode="overwrite",
+                schema_mode="overwrite" if exists else None,
+                configuration=None if exists else configuration,
+                storage_options=self._storage_options,
+                commit_properties=commit,
+            )
+        except DeltaError as exc:
+            raise SinkError(f"the snapshot of {self.table_uri} was not written: {exc}") from exc
+        return written
+
+    def _check_user_schema(self, schema: pa.Schema) -> None:
+        _check_not_reserved(schema.names)
+        missing = [name for name in self.key_columns if name not in schema.names]
+        if missing:
+            raise SinkError(f"the key column(s) {missing} are not in the snapshot schema {schema.names}")
+
+    def _ensure_properties(self, configuration: dict[str, str]) -> None:
+        """Set table properties an existing table lacks (a metadata-only commit before the snapshot)."""
+        table = self._open()
+        current = table.metadata().configuration
+        needed = {name: value for name, value in configuration.items() if current.get(name) != value}
+        if needed:
+            table.alter.set_table_properties(needed)
+
+    # -- changes ------------------------------------------------------------------------------------------
+
+    def apply_changes(self, changes: pa.Table, *, app_id: str, batch_version: int) -> ApplyResult:
+        """Apply one batch of changes exactly once (see the module docstring for the rules).
+
+        ``changes`` holds user columns (a subset of the table's; deletes need only the key) plus
+        ``_lakesync_pos``, ``_lakesync_op`` (c/u/d/r) and ``_lakesync_ts_ms``. Replaying a batch under the
+        same ``(app_id, batch_version)`` is a no-op; so is replaying any change the table already has.
+        """
+        table = self._open()
+        committed = table.transaction_version(app_id)
+        if committed is not None and committed >= batch_version:
+            return ApplyResult(skipped=True, changes=changes.num_rows, table_version=table.version())
+        commit = CommitProperties(
+            app_transactions=[Transaction(app_id, batch_version)],
+            custom_metadata={"lakesync.operation": f"apply_changes:{self.semantics}"},
+        )
+        if self.semantics == "append_log":
+            return self._append(table, changes, commit)
+        return self._merge(table, changes, app_id=app_id, batch_version=batch_version, commit=commit)
+
+    def _merge(
+        self, table: DeltaTable, changes: pa.Table, *, app_id: str, batch_version: int, commit: CommitProperties
+    ) -> ApplyResult:
+        check_changes(changes, self.key_columns)
+        target = _arrow_schema(table)
+        source = _conform(changes, target)
+        floor = self.snapshot_position()
+        if floor is not None:
+            source = source.filter(pc.greater(source.column(POS), floor))
+        plan = plan_changes(source, self.key_columns)
+        # Tombstones first: if we crash before the MERGE commits, the batch is replayed (its app transaction
+        # is not on the target) and the tombstones are already there; the reverse order could lose them.
+        self.tombstones.record(plan.deletes, app_id=app_id, batch_version=batch_version)
+        upserts = drop_superseded(plan.upserts, self.tombstones.matching(plan.upserts), self.key_columns)
+        merged = pa.concat_tables([upserts, plan.deletes])
+        version_before = table.version()
+        metrics: dict[str, Any] = {}
+        if merged.num_rows:
+            metrics = self._execute_merge(table, merged, commit)
+        if table.version() == version_before:
+            self._commit_marker(table, commit)
+        return ApplyResult(
+            skipped=False,
+            changes=changes.num_rows,
+            upserts=upserts.num_rows,
+            deletes=plan.deletes.num_rows,
+            stale=changes.num_rows - merged.num_rows,
+            rows_inserted=metrics.get("num_target_rows_inserted", 0),
+            rows_updated=metrics.get("num_target_rows_updated", 0),
+            rows_deleted=metrics.get("num_target_rows_deleted", 0),
+            table_version=table.version(),
+        )
+
+    def _execute_merge(self, table: DeltaTable, source: pa.Table, commit: CommitProperties) -> dict[str, Any]:
+        """One MERGE for the whole batch; every clause is guarded by "source position is newer"."""
+        on = " AND ".join(f"t.{quote(name)} = s.{quote(name)}" for name in self.key_columns)
+        newer = f"s.{quote(POS)} > t.{quote(POS)}"
+        is_delete = f"s.{quote(OP)} = '{DELETE_OP}'"
+        not_delete = f"s.{quote(OP)} <> '{DELETE_OP}'"
+        values = {quote(name): f"s.{quote(name)}" for name in source.column_names}
+        try:
+            return (
+                table.merge(source, on, source_alias="s", target_alias="t", streamed_exec=False,
+                            commit_properties=commit)
+                .when_matched_update(values, predicate=f"{not_delete} AND {newer}")
+                .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                .when_not_matched_insert(values, predicate=not_delete)
+                .execute()
+            )
+        except DeltaError as exc:
+            raise SinkError(f"the MERGE into {self.table_uri} failed; nothing was committed: {exc}") from exc
+
+    def _commit_marker(self, table: DeltaTable, commit: CommitProperties) -> None:
+        """Record the app transaction when the batch changed no row (delta-rs skips empty commits)."""
+        try:
+            table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
+        except DeltaError as exc:
+            raise SinkError(f"could not record the batch in {self.table_uri}: {exc}") from exc
+        table.update_incremental()
+
+    def _append(self, table: DeltaTable, changes: pa.Table, commit: CommitProperties) -> ApplyResult:
+        check_changes(changes, [])
+        rows = _conform(changes, _arrow_schema(table), fill=True)
+        version_before = table.version()
+        if rows.num_rows:
+            try:
+                write_deltalake(table, rows, mode="append", commit_properties=commit)
+            except DeltaError as exc:
+                raise SinkError(f"the append to {self.table_uri} failed; nothing was committed: {exc}") from exc
+            table.update_incremental()
+        if table.version() == version_before:
+            self._commit_marker(table, commit)
+        return ApplyResult(skipped=False, changes=changes.num_rows, rows_inserted=rows.num_rows,
+                           table_version=table.version())
+
+    # -- schema and housekeeping --------------------------------------------------------------------------
+
+    def add_columns(self, fields: list[pa.Field]) -> None:
+        """Add new columns (always nullable: existing rows have no value). Idempotent for DDL replays.
+
+        A field that exists with another type is a type change, which delta-rs cannot apply in place.
+        """
+        _check_not_reserved([field.name for field in fields])
+        table = self._open()
+        current = {field.name: field for field in table.schema().fields}
+        new = []
+        for field in fields:
+            delta_field = DeltaField.from_arrow(field.with_nullable(True))
+            existing = current.get(field.name)
+            if existing is None:
+                new.append(delta_field)
+            elif repr(existing.type) != repr(delta_field.type):
+                raise SchemaChangeError(
+                    f"column {field.name!r} of {self.table_uri} is {existing.type}, the source now says "
+                    f"{delta_field.type}",
+                    hint="delta-rs cannot change a column's type; re-run the full load of this table",
+                )
+        if new:
+            try:
+                table.alter.add_columns(new)
+            except DeltaError as exc:
+                raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
+
+    def purge_tombstones(self, older_than_ms: int) -> int:
+        """Drop tombstones of deletes older than ``older_than_ms`` (source time); returns how many."""
+        return self.tombstones.purge(older_than_ms)
+
+
+def _check_not_reserved(names: list[str]) -> None:
+    reserved = [name for name in names if name.startswith(_RESERVED_PREFIX)]
+    if reserved:
+        raise SchemaChangeError(f"column name(s) {reserved} collide with lakesync's own columns")
+
+
+def _conform(changes: pa.Table, target: pa.Schema, *, fill: bool = False) -> pa.Table:
+    """``changes`` cast to the target's column types, in target order; ``fill`` adds missing columns as nulls.
+
+    A column the target lacks is a schema change the caller must apply first (:meth:`DeltaSink.add_columns`).
+    """
+    unknown = [name for name in changes.column_names if name not in target.names]
+    if unknown:
+        raise SchemaChangeError(
+            f"the changes carry column(s) {unknown} the Delta table does not have",
+            hint="apply the ADD COLUMN first (DeltaSink.add_columns), then the changes",
+        )
+    columns, fields = [], []
+    for field in target:
+        if field.name in changes.column_names:
+            column = changes.column(field.name)
+        elif fill or field.name in META_COLUMNS:
+            column = pa.nulls(changes.num_rows, field.type)
+        else:
+            continue
+        try:
+            columns.append(column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SinkError(f"column {field.name!r} does not fit the table's type {field.type}: {exc}") from exc
+        fields.append(field.with_nullable(True))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+

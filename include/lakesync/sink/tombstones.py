@@ -1,0 +1,120 @@
+"""Tombstones: where a deleted key was deleted, kept in a side Delta table until a retention horizon.
+
+The target table holds live rows only, so once a row is deleted nothing in it remembers the delete. A late
+or replayed insert older than the delete would then look new and bring the row back. The tombstone table
+remembers ``(key, position)`` of every delete so the sink can drop such inserts.
+
+Location: a Delta table directory may not hold another table, so tombstones live beside the target, at
+``<parent of the table>/_lakesync/tombstones/<table dir name>`` (see :func:`tombstone_uri`).
+
+Tombstones are appended, never updated: a key deleted twice has two rows, and readers take the greatest
+position. Each append carries the stream's app transaction, so a replayed batch does not append twice.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from lakesync.errors import SinkError
+from lakesync.sink.changes import DELETED_MS, POS, TS
+
+
+def tombstone_uri(table_uri: str) -> str:
+    """The tombstone table of ``table_uri``: ``<parent>/_lakesync/tombstones/<name>``.
+
+    Works for local paths and object-store URIs alike (``s3://bucket/lake/orders`` ->
+    ``s3://bucket/lake/_lakesync/tombstones/orders``).
+    """
+    trimmed = table_uri.rstrip("/")
+    parent, _, name = trimmed.rpartition("/")
+    if not name or not parent or parent.endswith(":/"):
+        raise SinkError(
+            f"cannot place the tombstone table beside {table_uri!r}",
+            hint="give the Delta table a path with a parent folder, e.g. /lake/orders or s3://bucket/lake/orders",
+        )
+    return f"{parent}/_lakesync/tombstones/{name}"
+
+
+class TombstoneStore:
+    """The tombstone table of one target table."""
+
+    def __init__(self, uri: str, *, key_columns: list[str], storage_options: dict[str, str] | None = None):
+        self.uri = uri
+        self.key_columns = list(key_columns)
+        self._storage_options = storage_options
+
+    def _open(self) -> DeltaTable | None:
+        if not DeltaTable.is_deltatable(self.uri, storage_options=self._storage_options):
+            return None
+        return DeltaTable(self.uri, storage_options=self._storage_options)
+
+    def committed_batch_version(self, app_id: str) -> int | None:
+        table = self._open()
+        return None if table is None else table.transaction_version(app_id)
+
+    def record(self, deletes: pa.Table, *, app_id: str, batch_version: int) -> int:
+        """Append one tombstone per delete, in one commit tagged with ``(app_id, batch_version)``.
+
+        Skipped (returns 0) when that batch is already recorded, so a replay after a crash between this
+        write and the target's MERGE does not append the same tombstones again.
+        """
+        if deletes.num_rows == 0:
+            return 0
+        committed = self.committed_batch_version(app_id)
+        if committed is not None and committed >= batch_version:
+            return 0
+        rows = deletes.select([*self.key_columns, POS]).append_column(
+            pa.field(DELETED_MS, pa.int64()), deletes.column(TS).cast(pa.int64())
+        )
+        try:
+            write_deltalake(
+                self.uri,
+                rows,
+                mode="append",
+                storage_options=self._storage_options,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, batch_version)],
+                    custom_metadata={"lakesync.operation": "tombstones"},
+                ),
+            )
+        except DeltaError as exc:
+            raise SinkError(f"could not record {rows.num_rows} tombstone(s) in {self.uri}: {exc}") from exc
+        return rows.num_rows
+
+    def matching(self, keys: pa.Table) -> pa.Table:
+        """The tombstones (key columns and position) of the keys in ``keys``.
+
+        Streams the tombstone table through delta-rs's own scan (not a pyarrow dataset, see docs/sink.md on
+        the exit abort) and keeps only matching keys, so memory holds the matches, not the whole table.
+        """
+        table = self._open()
+        columns = [*self.key_columns, POS]
+        empty = pa.table({name: pa.array([], keys.schema.field(name).type) for name in self.key_columns}
+                         | {POS: pa.array([], pa.string())})
+        if table is None or keys.num_rows == 0:
+            return empty
+        wanted = keys.select(self.key_columns)
+        found = [empty]
+        try:
+            for batch in pa.RecordBatchReader.from_stream(table.scan(columns=columns)):
+                chunk = pa.Table.from_batches([batch]).cast(empty.schema)
+                found.append(chunk.join(wanted, keys=self.key_columns, join_type="left semi"))
+        except DeltaError as exc:
+            raise SinkError(f"could not read the tombstone table {self.uri}: {exc}") from exc
+        return pa.concat_tables(found)
+
+    def purge(self, older_than_ms: int) -> int:
+        """Delete tombstones of deletes that happened at the source before ``older_than_ms``.
+
+        Only safe once no change older than that can still arrive (Kafka retention, stream lag).
+        """
+        table = self._open()
+        if table is None:
+            return 0
+        try:
+            metrics = table.delete(f"`{DELETED_MS}` < {int(older_than_ms)}")
+        except DeltaError as exc:
+            raise SinkError(f"could not purge tombstones in {self.uri}: {exc}") from exc
+        return int(metrics.get("num_deleted_rows", 0))
