@@ -177,43 +177,53 @@ def _header(msg: Message, name: str) -> str | None:
     return None
 
 
-def _first_at_or_after(consumer: Consumer, tp: TP, offset: int, header: str, *,
-                       timeout: float) -> tuple[int, str] | None:
-    """The first message at or after ``offset`` as (its offset, its position key); None past the end."""
-    found: list[tuple[int, str]] = []
+def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *,
+                    timeout: float) -> dict[TP, tuple[int, str]]:
+    """The first message at or after each start, as (its offset, its position key); absent past the end."""
+    found: dict[TP, tuple[int, str]] = {}
 
     def take(msg: Message) -> bool:
         if msg.error():
             return True
         key = _header(msg, header)
         if key is None:
-            raise ConfigError(f"message {tp[0]}/{tp[1]}@{msg.offset()} has no {header!r} header",
+            raise ConfigError(f"message {msg.topic()}/{msg.partition()}@{msg.offset()} has no {header!r} header",
                               hint="seeking by source position needs topics written by the lakesync relay")
-        found.append((msg.offset(), key))
+        found[(msg.topic(), msg.partition())] = (msg.offset(), key)
         return True
 
-    _read_until(consumer, {tp: offset}, take, timeout=timeout)
-    return found[0] if found else None
+    _read_until(consumer, starts, take, timeout=timeout)
+    return found
+
+
+def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], position_key: str,
+                              header: str = POSITION_HEADER, *, timeout: float = 10.0) -> dict[TP, int]:
+    """For each partition, the first offset whose message carries a position key ``>= position_key``.
+
+    Positions never decrease along a partition, so a binary search over offsets finds it by reading
+    O(log n) single messages; all partitions are searched together, one fetch round per step. Returns the
+    log end where every message is before the position (and for an empty partition): the offset to start
+    reading from to see everything at or after it.
+    """
+    tps = list(partitions)
+    lo = earliest_offsets(consumer, tps, timeout=timeout)
+    hi = true_end_offsets(consumer, tps, timeout=timeout)
+    while searching := {tp: (lo[tp] + hi[tp]) // 2 for tp in tps if lo[tp] < hi[tp]}:
+        probes = _first_messages(consumer, searching, header, timeout=timeout)
+        for tp, mid in searching.items():
+            probe = probes.get(tp)
+            if probe is None or probe[0] >= hi[tp] or probe[1] >= position_key:
+                hi[tp] = mid  # nothing in [mid, probe) exists, so mid is as good a start as the probe
+            else:
+                lo[tp] = probe[0] + 1
+    return lo
 
 
 def first_offset_at_or_after(consumer: Consumer, topic: str, partition: int, position_key: str,
                              header: str = POSITION_HEADER, *, timeout: float = 10.0) -> int:
-    """The first offset whose message carries a position key ``>= position_key``.
-
-    Positions never decrease along a partition, so a binary search over offsets finds it by reading
-    O(log n) single messages. Returns the log end when every message is before the position (and for an
-    empty partition), i.e. the offset to start reading from to see everything at or after it.
-    """
+    """One partition's :func:`first_offsets_at_or_after`."""
     tp = (topic, partition)
-    lo, hi = earliest_offsets(consumer, [tp], timeout=timeout)[tp], true_end_offset(consumer, topic, partition, timeout=timeout)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        probe = _first_at_or_after(consumer, tp, mid, header, timeout=timeout)
-        if probe is None or probe[0] >= hi or probe[1] >= position_key:
-            hi = mid  # nothing in [mid, probe) exists, so mid is as good a start as the probe's offset
-        else:
-            lo = probe[0] + 1
-    return lo
+    return first_offsets_at_or_after(consumer, [tp], position_key, header, timeout=timeout)[tp]
 
 
 def rate_limited_ends(starts: Mapping[TP, int], ends: Mapping[TP, int], max_rows: int) -> dict[TP, int]:

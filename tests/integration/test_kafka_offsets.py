@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakesync.kafka_offsets import (
     first_offset_at_or_after,
+    first_offsets_at_or_after,
     list_partitions,
     offset_consumer,
     true_end_offset,
@@ -124,3 +125,11 @@ def test_first_offset_at_or_after_lands_on_the_first_of_equal_positions(consumer
 
 def test_first_offset_at_or_after_on_an_empty_partition_is_zero(consumer, positioned_topic):
     assert first_offset_at_or_after(consumer, positioned_topic, 2, position_key(5)) == 0
+
+
+def test_first_offsets_at_or_after_searches_all_partitions_together(consumer, positioned_topic):
+    counting = FetchCounting(consumer)
+    found = first_offsets_at_or_after(counting, [(positioned_topic, p) for p in range(3)], position_key(8))
+    assert found == {(positioned_topic, 0): 4, (positioned_topic, 1): 24, (positioned_topic, 2): 0}
+    # The partitions share fetch rounds: the bound is the biggest partition's, not the sum.
+    assert counting.assigns <= 2 + math.ceil(math.log2(1000))
