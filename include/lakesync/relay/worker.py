@@ -253,6 +253,7 @@ class Relay:
                     if topic is None:
                         topic = topics[item.table] = pipeline.topic(item.table)
                         publisher.ensure_topic(topic, partitions=partitions)
+                    item.emitted_ms = int(time.time() * 1000)
                     key, value, headers = encode(item)
                     send(topic, key, value, headers)
                     stats.events += 1
