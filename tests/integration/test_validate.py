@@ -1,0 +1,216 @@
+"""``lakesync validate`` against the real embedded MariaDB and real Delta tables.
+
+The Delta tables are built here with ``write_deltalake`` from rows read through ``read_source_table`` (what
+the sink stores: the source columns plus ``_lakesync_pos``/``_lakesync_op``/``_lakesync_ts_ms``), so these
+tests don't depend on the stream. Table and column names are hostile on purpose (spaces, backticks, quotes,
+non-ASCII letters): every identifier must be quoted on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import yaml
+from deltalake import DeltaTable, write_deltalake
+
+from lakesync.cli.main import main
+from lakesync.config import load_pipeline
+from lakesync.source.server_checks import current_position
+from lakesync.stream.progress import StreamProgress
+from lakesync.validate import read_source_table, validate_pipeline
+from lakesync.validation_store import last_results
+
+pytestmark = pytest.mark.integration
+
+LEDGER = "le`dger 'q\" ä"            # single integer key: range chunks
+ID, NAME, AMOUNT = "id `x", "näme 'q\"", "amount €"
+CODES = "codes ö"                     # composite text key: hash buckets
+AUDIT = "audit log"                   # no key: append-only change log
+
+
+def q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@pytest.fixture
+def pipeline(stack, fresh_database, tmp_path, monkeypatch, mariadb):
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        db = q(fresh_database)
+        cur.execute(f"CREATE TABLE {db}.{q(LEDGER)} ({q(ID)} BIGINT UNSIGNED PRIMARY KEY, {q(NAME)} VARCHAR(40),"
+                    f" {q(AMOUNT)} DECIMAL(18,2), big BIGINT NULL, booked DATETIME(6), stamp TIMESTAMP(3) NULL,"
+                    f" ratio FLOAT, blob_ BLOB)")
+        cur.executemany(
+            f"INSERT INTO {db}.{q(LEDGER)} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            [(i, f"name {i} ' \" `", f"{i}.25", None if i % 3 else 2**62 + i, f"2026-11-0{1 + i % 9} 10:00:00.123456",
+              "2026-11-20 01:02:03.456", i / 7, bytes([i % 256, 0, 255])) for i in range(1, 121)],
+        )
+        cur.execute(f"CREATE TABLE {db}.{q(CODES)} (region CHAR(3), `co de` VARCHAR(20), label TEXT,"
+                    f" PRIMARY KEY (region, `co de`))")
+        cur.executemany(f"INSERT INTO {db}.{q(CODES)} VALUES (%s, %s, %s)",
+                        [(r, f"c{i}", f"label {r}{i}") for r in ("EU", "US", "ÄÖ") for i in range(20)])
+        cur.execute(f"CREATE TABLE {db}.{q(AUDIT)} (msg VARCHAR(20))")
+        cur.executemany(f"INSERT INTO {db}.{q(AUDIT)} VALUES (%s)", [("a",), ("b",), ("b",)])
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    document = {
+        "name": "checks",
+        "source": {"conn_id": "lakesync_demo_mysql", "database": fresh_database},
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_prefix": "t"},
+        "delta": {"root": str(tmp_path / "delta")},
+        "snapshot": {"chunk_rows": 25},
+        "state_dir": str(tmp_path / "state"),
+    }
+    (pipelines / "checks.yaml").write_text(yaml.safe_dump(document, allow_unicode=True))
+    monkeypatch.setenv("LAKESYNC_PIPELINES_DIR", str(pipelines))
+    pipeline = load_pipeline("checks")
+    for table in (LEDGER, CODES, AUDIT):
+        load_delta(pipeline, mariadb, table)
+    return pipeline
+
+
+def load_delta(pipeline, mariadb, table: str) -> str:
+    """Write the source table to Delta as the full load would: every row tagged with the current position."""
+    with mariadb.connect() as conn:
+        position = current_position(conn).key()
+        rows = read_source_table(conn, pipeline.source.database, table)
+    tagged = rows.append_column("_lakesync_pos", pa.array([position] * rows.num_rows, pa.string())) \
+        .append_column("_lakesync_op", pa.array(["r"] * rows.num_rows, pa.string())) \
+        .append_column("_lakesync_ts_ms", pa.array([0] * rows.num_rows, pa.int64()))
+    write_deltalake(pipeline.delta.table_uri(table), tagged, mode="overwrite")
+    return position
+
+
+def delta_rows(pipeline, table: str) -> pa.Table:
+    return DeltaTable(pipeline.delta.table_uri(table)).to_pyarrow_table()
+
+
+def rewrite_delta(pipeline, table: str, rows: pa.Table) -> None:
+    write_deltalake(pipeline.delta.table_uri(table), rows, mode="overwrite")
+
+
+def run_cli(*args: str) -> int:
+    return main(["validate", "--pipeline", "checks", "--settle-timeout", "1", *args])
+
+
+def test_identical_tables_pass_with_exit_code_0(pipeline, capsys):
+    assert run_cli("--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    by_table = {t["table"]: t for t in report["tables"]}
+    assert by_table[LEDGER]["status"] == "equal"
+    assert by_table[LEDGER]["source_rows"] == by_table[LEDGER]["delta_rows"] == 120
+    assert by_table[LEDGER]["chunks"] >= 4  # 120 rows at 25 per chunk
+    assert by_table[CODES]["status"] == "equal" and by_table[CODES]["key_columns"] == ["region", "co de"]
+    assert by_table[AUDIT]["status"] == "not_comparable"
+    assert "append-only" in by_table[AUDIT]["note"]
+
+
+def test_changed_value_in_delta_is_reported_with_its_key_and_exit_code_3(pipeline, capsys):
+    rows = delta_rows(pipeline, LEDGER)
+    amounts = pc.if_else(pc.equal(rows[ID], 42), pa.scalar(99, rows.schema.field(AMOUNT).type), rows[AMOUNT])
+    rewrite_delta(pipeline, LEDGER, rows.set_column(rows.schema.get_field_index(AMOUNT), AMOUNT, amounts))
+    assert run_cli("--json", "--tables", LEDGER) == 3
+    captured = capsys.readouterr()
+    (result,) = json.loads(captured.out)["tables"]
+    assert result["status"] == "mismatch"
+    assert result["different"] == [{ID: 42}]
+    assert result["mismatched_keys"] == 1 and result["chunks_mismatched"] == 1
+    assert "differ" in captured.err
+
+
+def test_missing_and_extra_rows_are_found_by_key(pipeline):
+    rows = delta_rows(pipeline, LEDGER)
+    without_7 = rows.filter(pc.not_equal(rows[ID], 7))
+    extra = rows.filter(pc.equal(rows[ID], 8))
+    extra = extra.set_column(0, rows.schema.field(ID), pa.array([10_000], rows.schema.field(ID).type))
+    rewrite_delta(pipeline, LEDGER, pa.concat_tables([without_7, extra]))
+    report = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=2)
+    (result,) = report.tables
+    assert result.missing_in_delta == [{ID: 7}]
+    assert result.extra_in_delta == [{ID: 10_000}]
+    assert result.different == []
+    assert not report.matches
+    with pytest.raises(Exception) as raised:
+        report.raise_for_mismatch()
+    assert raised.value.exit_code == 3
+
+
+def test_difference_in_a_hash_bucketed_table_names_the_composite_key(pipeline):
+    rows = delta_rows(pipeline, CODES)
+    changed = pc.if_else(pc.and_(pc.equal(rows["region"], "ÄÖ"), pc.equal(rows["co de"], "c3")), "oops", rows["label"])
+    rewrite_delta(pipeline, CODES, rows.set_column(rows.schema.get_field_index("label"), "label", changed))
+    (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
+    assert result.different == [{"region": "ÄÖ", "co de": "c3"}]
+    assert result.chunks > 1
+
+
+def test_tombstone_in_delta_counts_as_missing_row(pipeline):
+    rows = delta_rows(pipeline, LEDGER)
+    ops = pc.if_else(pc.equal(rows[ID], 5), "d", rows["_lakesync_op"])
+    rewrite_delta(pipeline, LEDGER, rows.set_column(rows.schema.get_field_index("_lakesync_op"), "_lakesync_op", ops))
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=1).tables
+    assert result.missing_in_delta == [{ID: 5}]
+    assert result.delta_rows == 119
+
+
+def test_change_not_yet_streamed_is_not_a_mismatch_once_the_stream_catches_up(pipeline, mariadb):
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE {q(pipeline.source.database)}.{q(LEDGER)} SET {q(NAME)} = 'renamed' WHERE {q(ID)} = 3")
+
+    def stream_catches_up() -> None:
+        time.sleep(1.5)
+        position = load_delta(pipeline, mariadb, LEDGER)
+        progress = StreamProgress.load(pipeline.pipeline_state_dir)
+        progress.record(LEDGER, batch_id=1, rows=1, position=position, source_ts_ms=int(time.time() * 1000))
+        progress.save(pipeline.pipeline_state_dir)
+
+    stream = threading.Thread(target=stream_catches_up)
+    started = time.monotonic()
+    stream.start()
+    try:
+        report = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=20, rounds=3)
+    finally:
+        stream.join()
+    (result,) = report.tables
+    assert result.status == "equal", (result.describe(), result.rounds, result.note)
+    assert result.rounds >= 2 and result.chunks_mismatched == 1
+    assert 1.0 < time.monotonic() - started < 15  # it waited for the stream, not for the whole timeout
+
+
+def test_delta_row_newer_than_the_snapshot_is_in_flight_not_a_mismatch(pipeline):
+    rows = delta_rows(pipeline, LEDGER)
+    newer = pc.if_else(pc.equal(rows[ID], 9), "99999999.000000000000.000001", rows["_lakesync_pos"])
+    names = pc.if_else(pc.equal(rows[ID], 9), "changed later", rows[NAME])
+    rows = rows.set_column(rows.schema.get_field_index("_lakesync_pos"), "_lakesync_pos", newer)
+    rewrite_delta(pipeline, LEDGER, rows.set_column(rows.schema.get_field_index(NAME), NAME, names))
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=2).tables
+    assert result.status == "equal"
+    assert result.in_flight_keys == 1
+
+
+def test_results_land_in_the_validation_table_and_in_status(pipeline, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")
+    rows = delta_rows(pipeline, LEDGER)
+    rewrite_delta(pipeline, LEDGER, rows.filter(pc.not_equal(rows[ID], 11)))
+    report = validate_pipeline(pipeline, settle_timeout_s=0.5, rounds=1)
+    stored = last_results(pipeline)
+    assert stored[LEDGER]["run_id"] == report.run_id
+    assert stored[LEDGER]["status"] == "mismatch"
+    assert stored[LEDGER]["sample"]["missing_in_delta"] == [{ID: 11}]
+    assert stored[CODES]["status"] == "equal" and stored[AUDIT]["status"] == "not_comparable"
+
+    assert main(["status", "--pipeline", "checks", "--json", "--no-relay"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    entry = next(t for t in status["tables"] if t["table"] == LEDGER)
+    assert entry["key_columns"] == [ID] and entry["semantics"] == "exactly_once"
+    assert entry["last_validation"]["status"] == "mismatch"
+    assert entry["delta"]["rows"] == 119 and entry["delta"]["max_position"]
+    assert {"full_load", "stream", "lagging"} <= set(entry)
+    assert main(["status", "--pipeline", "checks", "--no-relay"]) == 0
+    assert LEDGER in capsys.readouterr().out
