@@ -18,6 +18,8 @@ gives names, signedness, charsets, ENUM/SET values and the primary key), never w
 MariaDB GTID events still arrive and are decoded.)
 
 A primary-key change is a delete of the old key and a create of the new one, as Debezium emits it.
+Row images of common column types are decoded by :mod:`lakesync.source.binlog_rows` (same values, several
+times faster than the library's decoder); other tables go through the library.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from lakesync import types as lakesync_types
 from lakesync.envelope import ChangeEvent
 from lakesync.errors import BinlogPurgedError, SourceError
 from lakesync.positions import SourcePosition
+from lakesync.source.binlog_rows import decode_rows, row_plan
 
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
 _FL_STANDALONE = 0x01
@@ -180,9 +183,10 @@ def _minimal_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] 
 class _RowConverter:
     """Per-table-map value conversion, built once per table-map and applied in place to each row."""
 
-    __slots__ = ("converters", "key_columns", "set_columns")
+    __slots__ = ("converters", "key_columns", "plan", "set_columns")
 
     def __init__(self, columns: list[Any], key_columns: tuple[str, ...]) -> None:
+        self.plan = row_plan(columns)
         self.converters: list[tuple[str, Callable[[Any], Any]]] = []
         self.set_columns: tuple[str, ...] = ()
         for column in columns:
@@ -302,7 +306,10 @@ class BinlogSource:
                     key_columns = convert.key_columns
                     ts_ms = event.timestamp * 1000
                     table = event.table
-                    for index, row in enumerate(event.rows, start=1):
+                    rows = decode_rows(event, convert.plan) if convert.plan is not None else None
+                    if rows is None:
+                        rows = event.rows
+                    for index, row in enumerate(rows, start=1):
                         pos = SourcePosition(file, log_pos, index, gtid)
                         if event_type is UpdateRowsEvent:
                             before = convert(row["before_values"], row.get("before_none_sources"))
