@@ -202,9 +202,12 @@ def _live_mask(table: pa.Table | pa.RecordBatch) -> pa.Array:
 
 # -- fingerprints ----------------------------------------------------------------------------------------------
 def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
-    """``table``'s columns named in ``schema``, cast to its types (Delta hands back view types, e.g.)."""
-    return pa.Table.from_arrays([pc.cast(table[f.name], f.type, safe=False) for f in schema],
-                                names=schema.names)
+    """``table``'s columns named in ``schema``, cast to its types (Delta hands back view types, e.g.); a
+    column ``table`` lacks is all NULL (callers check for missing source columns first)."""
+    names = set(table.schema.names)
+    return pa.Table.from_arrays(
+        [pc.cast(table[f.name], f.type, safe=False) if f.name in names else pa.nulls(table.num_rows, f.type)
+         for f in schema], names=schema.names)
 
 
 def row_hashes(table: pa.Table) -> np.ndarray:
@@ -452,20 +455,30 @@ class _SourceSide:
 
 
 class _DeltaSide:
-    """The Delta table, streamed in batches (tombstones included, with their positions)."""
+    """The Delta table, streamed in batches, and its tombstones (the sink keeps live rows only in the table
+    and ``(key, position)`` of each delete in a side table, see :mod:`lakesync.sink.tombstones`)."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None, schema: pa.Schema, plan: ChunkPlan
                  ) -> None:
         from deltalake import DeltaTable
 
+        from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+
         self.table = DeltaTable(uri, storage_options=storage_options)
         names = set(self.table.schema().to_arrow().names)
         self.missing_columns = [name for name in schema.names if name not in names]
-        extra = [pa.field(c, pa.string()) for c in (POS, OP) if c in names]
-        self.schema = pa.schema([*schema, *extra])
-        self.columns = self.schema.names
+        self.schema = pa.schema([*schema, pa.field(POS, pa.string()), pa.field(OP, pa.string())])
+        self.columns = [name for name in self.schema.names if name in names]
         self.key_schema = pa.schema([schema.field(name) for name in plan.key_columns])
         self.plan = plan
+        self.tombstone_store = TombstoneStore(tombstone_uri(uri), key_columns=list(plan.key_columns),
+                                              storage_options=storage_options)
+
+    def tombstones(self, keys: pa.Table) -> pa.Table:
+        """The tombstones of ``keys`` as rows of :attr:`schema` with ``_lakesync_op = 'd'``."""
+        found = self.tombstone_store.matching(keys)
+        found = found.append_column(OP, pa.array([DELETE_OP] * found.num_rows, pa.string()))
+        return conform(found, self.schema)
 
     def batches(self, chunks: set[int] | None = None) -> Iterator[pa.Table]:
         if self.plan.by_range and chunks is not None:
@@ -518,14 +531,15 @@ def _concat(parts: Iterator[pa.Table], schema: pa.Schema) -> pa.Table:
 
 # -- waiting for the stream ----------------------------------------------------------------------------------
 def applied_position(pipeline: Pipeline, table: str) -> str | None:
-    """The stream's applied position for ``table``: the larger of the progress file's and the largest
-    ``_lakesync_pos`` in the Delta table's file statistics (metadata only, no scan)."""
+    """The stream's applied position for ``table``: the largest of the progress file's and the largest
+    ``_lakesync_pos`` in the file statistics of the Delta table and of its tombstone table (metadata only)."""
+    from lakesync.sink.tombstones import tombstone_uri
+
     progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
-    best = progress.applied_position if progress else None
-    stats = delta_max_position(pipeline.delta.table_uri(table), pipeline.delta.storage_options or None)
-    if stats is not None and (best is None or stats > best):
-        best = stats
-    return best
+    uri, storage = pipeline.delta.table_uri(table), pipeline.delta.storage_options or None
+    found = [progress.applied_position if progress else None, delta_max_position(uri, storage),
+             delta_max_position(tombstone_uri(uri), storage)]
+    return max((key for key in found if key is not None), default=None)
 
 
 def delta_max_position(uri: str, storage_options: dict[str, str] | None = None) -> str | None:
@@ -609,9 +623,11 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
         key_schema = pa.schema([source.schema.field(name) for name in shape.key_columns])
         while suspects:
             ctx.say(table, f"round {result.rounds}: {len(suspects)} chunks differ, comparing keys")
-            diff = _diff(_concat(source.batches(suspects), source.schema),
-                         _concat(delta.batches(suspects), delta.schema), source.schema,
-                         list(shape.key_columns), snapshot_key=snapshot.position.key())
+            source_rows = _concat(source.batches(suspects), source.schema)
+            delta_rows = _concat(delta.batches(suspects), delta.schema)
+            delta_rows = pa.concat_tables([delta_rows, delta.tombstones(source_rows.select(shape.key_columns))])
+            diff = _diff(source_rows, delta_rows, source.schema, list(shape.key_columns),
+                         snapshot_key=snapshot.position.key())
             diff.fill(result)
             if diff.recheck.num_rows == 0 or result.rounds >= ctx.rounds:
                 break

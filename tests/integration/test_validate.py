@@ -214,3 +214,30 @@ def test_results_land_in_the_validation_table_and_in_status(pipeline, capsys, mo
     assert {"full_load", "stream", "lagging"} <= set(entry)
     assert main(["status", "--pipeline", "checks", "--no-relay"]) == 0
     assert LEDGER in capsys.readouterr().out
+
+
+def test_with_the_real_sink_a_newer_tombstone_is_in_flight_and_an_older_one_is_a_missing_row(pipeline, mariadb):
+    from lakesync.positions import SourcePosition
+    from lakesync.sink import DeltaSink
+
+    uri = pipeline.delta.table_uri(LEDGER)
+    with mariadb.connect() as conn:
+        position = current_position(conn)
+        rows = read_source_table(conn, pipeline.source.database, LEDGER)
+    sink = DeltaSink(uri, key_columns=[ID])
+    sink.write_snapshot(rows.to_batches(), schema=rows.schema, position=position, snapshot_ts_ms=0)
+
+    def delete(key: int, at: SourcePosition, version: int) -> None:
+        change = pa.table({ID: pa.array([key], rows.schema.field(ID).type), "_lakesync_pos": [at.key()],
+                           "_lakesync_op": ["d"], "_lakesync_ts_ms": [0]})
+        sink.apply_changes(change, app_id="test", batch_version=version)
+
+    delete(20, SourcePosition(position.file, position.offset + 10**9, 1), 1)  # after any snapshot we take
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=2).tables
+    assert result.status == "equal" and result.in_flight_keys == 1
+
+    with mariadb.connect() as conn, conn.cursor() as cur:  # moves the binlog on past the delete below
+        cur.execute(f"INSERT INTO {q(pipeline.source.database)}.{q(AUDIT)} VALUES ('later')")
+    delete(21, SourcePosition(position.file, position.offset + 1, 1), 2)  # before our snapshot: really gone
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=2).tables
+    assert result.missing_in_delta == [{ID: 21}]
