@@ -144,6 +144,19 @@ class Relay:
             if own:
                 conn.close()
 
+    def _check_server_id(self, conn: Any, *, grace_seconds: float = 5.0) -> None:
+        """Refuse a server id another binlog reader uses, after a grace period: a relay restarted right
+        after a crash may still see its own dead connection registered until the source notices it."""
+        deadline = time.monotonic() + grace_seconds + 2 * self.heartbeat_seconds
+        while True:
+            try:
+                check_server_id_unique(conn, self.pipeline.source.server_id)
+                return
+            except SourceError as exc:
+                if "already used" not in exc.message or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     # -- start position -------------------------------------------------------------------------------
     def _start_position(self, conn: Any, explicit: SourcePosition | None, stored: RelayProgress | None
                         ) -> tuple[SourcePosition, str]:
@@ -201,7 +214,7 @@ class Relay:
         publisher = Publisher(self._kafka)
         try:
             check_binlog_settings(conn)
-            check_server_id_unique(conn, self.pipeline.source.server_id)
+            self._check_server_id(conn)
             self.store.ensure_topic(publisher)
             stored = self.store.load()
             start, origin = self._start_position(conn, from_position, stored)
