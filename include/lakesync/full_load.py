@@ -20,23 +20,27 @@ which the relay reads to know where the stream must start.
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import json
 import logging
 import os
 import queue
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pymysql
-from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakesync.config import Pipeline
@@ -62,8 +66,9 @@ POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_t
 SNAPSHOT_OP = "r"
 #: Delta table settings every lakesync table gets (the stream and the nightly validation read the feed).
 TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
-#: Rows per batch when a table without a key is streamed whole.
+#: Rows per batch when a table without a key is streamed whole, and batches per file (consistent mode).
 KEYLESS_BATCH_ROWS = 100_000
+KEYLESS_FILE_BATCHES = 10
 ProgressCallback = Callable[[str, int, int], None]
 """``(table, rows read so far, estimated total rows)``, called as chunks arrive."""
 
@@ -93,8 +98,8 @@ def delta_schema(source_schema: pa.Schema) -> pa.Schema:
 def tag_rows(table: pa.Table, schema: pa.Schema, position: SourcePosition, ts_ms: int) -> pa.Table:
     rows = table.num_rows
     return pa.Table.from_arrays(
-        [*table.columns, pa.array([position.key()] * rows, pa.string()),
-         pa.array([SNAPSHOT_OP] * rows, pa.string()), pa.array([ts_ms] * rows, pa.int64())],
+        [*table.columns, pa.repeat(pa.scalar(position.key()), rows), pa.repeat(pa.scalar(SNAPSHOT_OP), rows),
+         pa.repeat(pa.scalar(ts_ms, pa.int64()), rows)],
         schema=schema,
     )
 
@@ -130,29 +135,91 @@ def _table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(table_uri)
 
 
+def _stats_value(value: Any) -> Any:
+    """A min/max in Delta's JSON stats form, or None where an exact form is not worth the trouble."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | str):
+        return value
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    return None
+
+
+class _FileStats:
+    """Delta add-action statistics: row count, and exact min/max/null count of the columns MERGE prunes by
+    (the key and ``_lakesync_pos``), so the stream's MERGE can skip files of a big table."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.rows = 0
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.nulls: dict[str, int] = {}
+        self.exact = set(self.columns)
+
+    def add(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for name in self.columns:
+            column = table.column(name)
+            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
+            if column.null_count == len(column) or name not in self.exact:
+                continue
+            extremes = pc.min_max(column).as_py()
+            low, high = _stats_value(extremes["min"]), _stats_value(extremes["max"])
+            if low is None or high is None:
+                self.exact.discard(name)
+                continue
+            self.low[name] = low if name not in self.low else min(self.low[name], low)
+            self.high[name] = high if name not in self.high else max(self.high[name], high)
+
+    def to_json(self) -> str:
+        kept = [name for name in self.columns if name in self.exact and name in self.low]
+        return json.dumps({
+            "numRecords": self.rows,
+            "minValues": {name: self.low[name] for name in kept},
+            "maxValues": {name: self.high[name] for name in kept},
+            "nullCount": {name: self.nulls.get(name, 0) for name in kept},
+        })
+
+
+def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, stats_columns: Sequence[str]
+               ) -> tuple[str, int, int, str]:
+    """Write tagged rows as one Parquet file in the table folder; ``(relative path, bytes, rows, stats)``.
+
+    The file is invisible to readers until a commit adds it; a load that fails leaves it for VACUUM.
+    """
+    filesystem, root = _table_filesystem(table_uri)
+    filesystem.create_dir(root, recursive=True)
+    name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+    stats = _FileStats(stats_columns)
+    with filesystem.open_output_stream(f"{root}/{name}") as sink, \
+            pq.ParquetWriter(sink, schema, compression="snappy") as writer:
+        for part in parts:
+            writer.write_table(part)
+            stats.add(part)
+    size = filesystem.get_file_info(f"{root}/{name}").size or 0
+    return name, int(size), stats.rows, stats.to_json()
+
+
 def load_chunk(task: ChunkTask) -> ChunkDone:
     """Read one key range in one statement, tagged with the position read just before it; write it as a
     Parquet file in the table folder (invisible until the driver commits it)."""
     reader = RangeReader(task.shape)
     schema = delta_schema(reader.schema)
-    filesystem, root = _table_filesystem(task.table_uri)
-    filesystem.create_dir(root, recursive=True)
-    name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
     conn = connect(task.connection, database=task.shape.database)
     try:
         position = current_position(conn)
-        with _read_errors(task.shape.name), filesystem.open_output_stream(f"{root}/{name}") as sink, \
-                pq.ParquetWriter(sink, schema, compression="snappy") as writer:
-            rows = 0
-            for part in _read_chunk(conn, reader, task.key_range):
-                writer.write_table(tag_rows(part, schema, position, task.ts_ms))
-                rows += part.num_rows
+        with _read_errors(task.shape.name):
+            parts = (tag_rows(part, schema, position, task.ts_ms) for part in _read_chunk(conn, reader, task.key_range))
+            name, size, rows, stats = write_part(task.table_uri, schema, parts,
+                                                 stats_columns=[*task.shape.key_columns, POS_COLUMN])
     finally:
         conn.close()
-    size = filesystem.get_file_info(f"{root}/{name}").size or 0
-    return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=int(size), rows=rows,
-                     position_key=position.key(), position=position_to_json(position),
-                     stats=json.dumps({"numRecords": rows}))
+    return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=size, rows=rows,
+                     position_key=position.key(), position=position_to_json(position), stats=stats)
 
 
 def _read_chunk(conn: pymysql.connections.Connection, reader: RangeReader, key_range: KeyRange) -> Iterator[pa.Table]:
@@ -320,53 +387,62 @@ class FullLoad:
     def _load_consistent_table(self, snapshot: Snapshot, name: str, ts_ms: int) -> TableResult:
         started = time.monotonic()
         entry = self.state.table(name)
-        entry.status, entry.mode, entry.chunks_done = "in_progress", "consistent", []
+        entry.status, entry.mode, entry.ranges, entry.chunks_done = "in_progress", "consistent", [], []
         self.state.save()
         conn = snapshot.connections[0]
         shape = self._describe(conn, name)
-        reader = RangeReader(shape)
-        with conn.cursor() as cursor:
+        with conn.cursor() as cursor, _read_errors(name):
             ranges = plan_ranges(cursor, shape, rows_per_read(shape, cursor, self._chunk_rows(name)))
-        schema = delta_schema(reader.schema)
         total = max(shape.estimated_rows, 1)
-        rows = 0
+        parts: list[ChunkDone] = []
+        for part in self._write_in_snapshot(snapshot, shape, ranges, ts_ms):
+            parts.append(part)
+            rows = sum(p.rows for p in parts)
+            self._progress(name, rows, max(total, rows))
+        version = self._commit_parts(name, shape, parts, snapshot.position, mode="consistent")
+        return self._finish(name, sum(p.rows for p in parts), version, snapshot.position, started)
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            nonlocal rows
-            for part in self._read_in_snapshot(snapshot, reader, ranges):
-                rows += part.num_rows
-                self._progress(name, rows, max(total, rows))
-                yield from tag_rows(part, schema, snapshot.position, ts_ms).to_batches()
+    def _write_in_snapshot(self, snapshot: Snapshot, shape: TableShape, ranges: list[KeyRange], ts_ms: int
+                           ) -> Iterator[ChunkDone]:
+        """Each range read on one of the snapshot's connections and written as a Parquet file by the same
+        worker thread, so reading, parsing and encoding overlap; a few ranges in flight at most."""
+        reader = RangeReader(shape)
+        schema = delta_schema(reader.schema)
+        uri = self.pipeline.delta.table_uri(shape.name)
+        stats_columns = [*shape.key_columns, POS_COLUMN]
 
-        version = self._commit_stream(name, schema, batches(), snapshot.position)
-        return self._finish(name, rows, version, snapshot.position, started)
+        def write(parts: Iterable[pa.Table], chunk_id: str) -> ChunkDone:
+            tagged = (tag_rows(part, schema, snapshot.position, ts_ms) for part in parts)
+            path, size, rows, stats = write_part(uri, schema, tagged, stats_columns=stats_columns)
+            return ChunkDone(chunk_id, path, size, rows, snapshot.position.key(),
+                             position_to_json(snapshot.position), stats)
 
-    def _read_in_snapshot(self, snapshot: Snapshot, reader: RangeReader, ranges: list[KeyRange]
-                          ) -> Iterator[pa.Table]:
-        """Ranges read in parallel on the snapshot's connections, yielded in order, a few reads ahead at most
-        (so memory stays bounded whatever the table size)."""
-        if not reader.shape.has_key:
-            with _read_errors(reader.shape.name):
-                yield from reader.stream_all(snapshot.connections[0], KEYLESS_BATCH_ROWS)
+        if not shape.has_key:  # one connection streams it; a file per KEYLESS_FILE_BATCHES batches
+            with _read_errors(shape.name):
+                batches = reader.stream_all(snapshot.connections[0], KEYLESS_BATCH_ROWS)
+                while first := next(batches, None):
+                    group = itertools.chain([first], itertools.islice(batches, KEYLESS_FILE_BATCHES - 1))
+                    yield write(group, "all")
             return
         cursors: queue.Queue[Any] = queue.Queue()
         for conn in snapshot.connections:
             cursors.put(conn.cursor())
 
-        def read(key_range: KeyRange) -> pa.Table:
+        def read_and_write(key_range: KeyRange) -> ChunkDone:
             cursor = cursors.get()
             try:
-                with _read_errors(reader.shape.name):
-                    return reader.read_range(cursor, key_range)
+                with _read_errors(shape.name):
+                    table = reader.read_range(cursor, key_range)
             finally:
                 cursors.put(cursor)
+            return write([table], key_range.chunk_id)
 
         window = len(snapshot.connections) + 1
         with ThreadPoolExecutor(len(snapshot.connections), thread_name_prefix="lakesync-read") as pool:
-            inflight: list[Future[pa.Table]] = []
+            inflight: list[Future[ChunkDone]] = []
             try:
                 for key_range in ranges:
-                    inflight.append(pool.submit(read, key_range))
+                    inflight.append(pool.submit(read_and_write, key_range))
                     if len(inflight) >= window:
                         yield inflight.pop(0).result()
                 while inflight:
@@ -375,33 +451,23 @@ class FullLoad:
                 for future in inflight:
                     future.cancel()
 
-    def _commit_stream(self, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-                       position: SourcePosition) -> int:
-        """One overwrite commit from a stream of batches; a failure while reading commits nothing."""
-        failure: list[BaseException] = []
-
-        def guarded() -> Iterator[pa.RecordBatch]:
-            try:
-                yield from batches
-            except BaseException as exc:  # re-raised below: delta-rs wraps it in its own error
-                failure.append(exc)
-                raise
-
+    def _commit_parts(self, name: str, shape: TableShape, parts: Sequence[ChunkDone], position: SourcePosition,
+                      *, mode: str) -> int:
+        """All of a table's files in one Delta commit that replaces whatever the table held."""
         uri = self.pipeline.delta.table_uri(name)
+        now_ms = int(time.time() * 1000)
+        actions = [AddAction(part.path, part.size, {}, now_ms, True, part.stats) for part in parts]
+        storage_options = self.pipeline.delta.storage_options or None
         try:
-            write_deltalake(
-                uri, pa.RecordBatchReader.from_batches(schema, guarded()), mode="overwrite",
-                schema_mode="overwrite", configuration=TABLE_CONFIGURATION,
-                storage_options=self.pipeline.delta.storage_options or None,
-                commit_properties=CommitProperties(custom_metadata=commit_metadata(
-                    position, table=name, mode="consistent")),
+            create_table_with_add_actions(
+                uri, Schema.from_arrow(delta_schema(shape.arrow_schema())), actions, mode="overwrite",
+                configuration=TABLE_CONFIGURATION, storage_options=storage_options,
+                commit_properties=CommitProperties(custom_metadata=commit_metadata(position, table=name, mode=mode)),
             )
+            return DeltaTable(uri, storage_options=storage_options).version()
         except Exception as exc:
-            if failure:
-                raise failure[0] from None
-            raise SinkError(f"writing the Delta table {uri} failed: {exc}",
-                            hint="nothing was committed; fix the cause and run the load again") from exc
-        return DeltaTable(uri, storage_options=self.pipeline.delta.storage_options or None).version()
+            raise SinkError(f"committing the {len(parts)} files of {name} to {uri} failed: {exc}",
+                            hint="nothing was committed; run the load again") from exc
 
     def _finish(self, name: str, rows: int, version: int | None, position: SourcePosition, started: float
                 ) -> TableResult:
@@ -455,25 +521,10 @@ class FullLoad:
         return results
 
     def _commit_chunks(self, name: str, shape: TableShape, started: float) -> TableResult:
-        entry = self.state.table(name)
-        chunks = entry.chunks_done
+        chunks = self.state.table(name).chunks_done
         position = min(position_from_json(chunk.position) for chunk in chunks)
-        rows = sum(chunk.rows for chunk in chunks)
-        uri = self.pipeline.delta.table_uri(name)
-        now_ms = int(time.time() * 1000)
-        actions = [AddAction(chunk.path, chunk.size, {}, now_ms, True, chunk.stats) for chunk in chunks]
-        try:
-            create_table_with_add_actions(
-                uri, Schema.from_arrow(delta_schema(shape.arrow_schema())), actions, mode="overwrite",
-                configuration=TABLE_CONFIGURATION, storage_options=self.pipeline.delta.storage_options or None,
-                commit_properties=CommitProperties(custom_metadata=commit_metadata(
-                    position, table=name, mode="chunked")),
-            )
-            version = DeltaTable(uri, storage_options=self.pipeline.delta.storage_options or None).version()
-        except Exception as exc:
-            raise SinkError(f"committing the {len(chunks)} chunk files of {name} to {uri} failed: {exc}",
-                            hint="nothing was committed; run the load again (written chunks are reused)") from exc
-        return self._finish(name, rows, version, position, started)
+        version = self._commit_parts(name, shape, chunks, position, mode="chunked")
+        return self._finish(name, sum(chunk.rows for chunk in chunks), version, position, started)
 
 
 def _range_to_json(key_range: KeyRange) -> dict[str, Any]:
