@@ -69,6 +69,7 @@ def test_snapshot_lands_in_one_commit_tagged_with_its_position(tmp_path):
     assert set(rows.column(POS).to_pylist()) == {SNAPSHOT.key()}
     assert set(rows.column(OP).to_pylist()) == {"r"}
     assert sink.snapshot_position() == SNAPSHOT.key()
+    assert sink.scan(columns=["id"], predicate="id < 10").read_all().num_rows == 10
 
 
 def test_a_second_snapshot_replaces_the_table_in_one_more_commit(tmp_path):

@@ -144,6 +144,15 @@ class DeltaSink:
         version = self._open().transaction_version(SNAPSHOT_APP_ID)
         return None if version is None else _decode_snapshot(version)
 
+    def scan(self, columns: list[str] | None = None, predicate: str | None = None) -> pa.RecordBatchReader:
+        """Stream the table's rows with delta-rs's own engine.
+
+        Prefer this (or ``DeltaTable.scan``) over ``DeltaTable.to_pyarrow_table``/``to_pyarrow_dataset``:
+        those run pyarrow's thread pool over a Python filesystem handler, which can abort the interpreter
+        at exit with "terminate called without an active exception" (docs/sink.md).
+        """
+        return pa.RecordBatchReader.from_stream(self._open().scan(columns=columns, predicate=predicate))
+
     # -- snapshot -----------------------------------------------------------------------------------------
 
     def write_snapshot(
@@ -250,9 +259,9 @@ class DeltaSink:
         check_changes(changes, self.key_columns)
         target = _arrow_schema(table)
         source = _conform(changes, target)
-        floor = self.snapshot_position()
-        if floor is not None:
-            source = source.filter(pc.greater(source.column(POS), floor))
+        snapshot = table.transaction_version(SNAPSHOT_APP_ID)
+        if snapshot is not None:
+            source = source.filter(pc.greater(source.column(POS), _decode_snapshot(snapshot)))
         plan = plan_changes(source, self.key_columns)
         # Tombstones first: if we crash before the MERGE commits, the batch is replayed (its app transaction
         # is not on the target) and the tombstones are already there; the reverse order could lose them.
