@@ -303,8 +303,6 @@ class FullLoad:
             raise ConfigError(f"unknown snapshot mode {self.mode!r}", hint="use consistent or chunked")
         self.connection = self.connection or mysql_connection(self.pipeline)
         self.state = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
-        if self.restart:
-            self.state = LoadState(path=self.state.path)
 
     @property
     def database(self) -> str:
@@ -318,6 +316,8 @@ class FullLoad:
             tables = self._select_tables(control)
         finally:
             control.close()
+        if self.restart:
+            self.state.forget(tables)
         if self.state.started_at is None or self.state.finished_at is not None:
             self.state.started_at, self.state.finished_at = utc_now(), None
         self.state.mode = self.mode

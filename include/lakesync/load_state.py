@@ -122,6 +122,15 @@ class LoadState:
         if self.position is None or position < self.position:
             self.position = position
 
+    def forget(self, names: list[str]) -> None:
+        """Drop these tables' progress (they will be loaded again); the position becomes the smallest of
+        the tables that stay done."""
+        for name in names:
+            self.tables.pop(name, None)
+        positions = [position_from_json(entry.position) for entry in self.tables.values()
+                     if entry.status == "done" and entry.position]
+        self.position = min(positions) if positions else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "position": position_to_json(self.position) if self.position else None,

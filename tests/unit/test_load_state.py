@@ -56,3 +56,16 @@ def test_damaged_file_says_how_to_start_over(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="damaged") as error:
         LoadState.for_pipeline_dir(tmp_path)
     assert "delete it" in (error.value.hint or "")
+
+
+def test_forgetting_a_table_keeps_the_others_and_their_smallest_position(tmp_path: Path) -> None:
+    state = LoadState.for_pipeline_dir(tmp_path)
+    for name, offset in (("a", 100), ("b", 200), ("c", 300)):
+        position = SourcePosition("binlog.000001", offset)
+        entry = state.table(name)
+        entry.status, entry.position = "done", position_to_json(position)
+        state.record_position(position)
+    state.forget(["a"])
+    assert set(state.tables) == {"b", "c"} and state.position == SourcePosition("binlog.000001", 200)
+    state.forget(["b", "c"])
+    assert state.position is None
