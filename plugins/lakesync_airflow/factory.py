@@ -59,6 +59,8 @@ def full_load_dag(pipeline: Pipeline) -> DAG:
                             description="Tables to load (empty: every table the pipeline selects)."),
             "mode": Param(pipeline.snapshot.mode, enum=["consistent", "chunked"],
                           description="consistent: one snapshot; chunked: lock-free key-range chunks."),
+            "restart": Param(False, type="boolean",
+                             description="Load every table again (default: resume, skipping tables already loaded)."),
         },
     ) as dag:
         alias = tables_alias(pipeline)

@@ -72,7 +72,7 @@ class FullLoadOperator(LakesyncSparkSubmitOperator):
         mode = context["params"].get("mode")
         self.application_args = [
             "--pipeline", self.pipeline, *(["--tables", ",".join(tables)] if tables else []),
-            *(["--mode", mode] if mode else []),
+            *(["--mode", mode] if mode else []), *(["--restart"] if context["params"].get("restart") else []),
         ]
         super().execute(context)
         from lakesync.load_state import LoadState

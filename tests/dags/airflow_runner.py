@@ -34,9 +34,10 @@ print("RESULT " + json.dumps(results))
 class AirflowRunner:
     """An Airflow home (migrated once) plus the environment its commands run with."""
 
-    def __init__(self, home: Path, *, connections: dict[str, str], pipelines_dir: Path) -> None:
+    def __init__(self, home: Path, *, connections: dict[str, str], pipelines_dir: Path, api_port: int = 8080
+                 ) -> None:
         started = time.monotonic()
-        self.env = {**os.environ, **prepare_airflow_home(home, connections=connections),
+        self.env = {**os.environ, **prepare_airflow_home(home, connections=connections, api_port=api_port),
                     "LAKESYNC_PIPELINES_DIR": str(pipelines_dir)}
         self.migrate_seconds = time.monotonic() - started
         self.dags_folder = self.env["AIRFLOW__CORE__DAGS_FOLDER"]

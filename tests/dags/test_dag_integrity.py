@@ -74,7 +74,7 @@ def test_settlement_dag_has_real_data_intervals_and_no_catchup(demo_parse):
 
 def test_full_load_dag_offers_tables_and_mode_and_hands_off_to_the_stream(demo_parse):
     full_load = demo_parse["dags"]["lakesync_demo_full_load"]
-    assert full_load["params"] == ["mode", "tables"]
+    assert full_load["params"] == ["mode", "restart", "tables"]
     assert full_load["tasks"] == ["check_source", "full_load", "handoff", "stream", "wait_caught_up", "validate"]
     assert demo_parse["dags"]["lakesync_demo_stream"]["max_active_runs"] == 1
 

@@ -1,0 +1,166 @@
+"""A running Airflow (``airflow standalone`` on the embedded stack): a real backfill, and the status view.
+
+Slow (about a minute): it starts the API server, scheduler, DAG processor and triggerer, then runs
+``airflow backfill create`` for three days of the settlement DAG, twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow_runner import AirflowRunner
+from deltalake import DeltaTable
+
+from lakesync.demo.database import create_demo_database
+from lakesync.dev.processes import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DAG_ID = "lakesync_live_settlement"
+
+
+def _wait(what: str, check, *, timeout: float, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def live(stack, tmp_path_factory):
+    """A pipeline ``live`` over a demo database with three days of transactions, and Airflow running it."""
+    root = tmp_path_factory.mktemp("live")
+    database = "live_" + os.urandom(4).hex()
+    with stack.mariadb.connect() as conn:
+        create_demo_database(conn, database)
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO `{database}`.transactions (id, account_no, amount, kind, reference, booked_at, "
+                "updated_at) VALUES (%s, 'AC0000000001', 1.00, 'deposit', 'ref', %s, %s)",
+                [(i, f"2026-11-{17 + (i - 1) // 4} 12:00:00", f"2026-11-{17 + (i - 1) // 4} 12:00:00")
+                 for i in range(1, 13)],
+            )
+    pipelines, delta_root = root / "pipelines", root / "delta"
+    pipelines.mkdir()
+    (pipelines / "live.yaml").write_text(yaml.safe_dump({
+        "name": "live",
+        "source": {"conn_id": "lakesync_demo_mysql", "database": database},
+        "tables": {"include": ["transactions"],
+                   "overrides": {"transactions": {"watermark": {"column": "updated_at"}}}},
+        "kafka": {"conn_id": "lakesync_demo_kafka", "topic_prefix": "live"},
+        "delta": {"root": str(delta_root)},
+        "state_dir": str(root / "state"),
+    }))
+    port = free_port()
+    runner = AirflowRunner(root / "airflow", connections=stack.connection_env(), pipelines_dir=pipelines,
+                           api_port=port)
+    log = (root / "standalone.log").open("w")
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=runner.env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait("the API server", lambda: _healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health"), timeout=120)
+        print(f"airflow standalone up in {time.monotonic() - started:.1f}s")
+        yield runner, port, delta_root / "transactions", root / "standalone.log"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+        with stack.mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+def _runs(runner: AirflowRunner) -> list[dict]:
+    """The DAG's backfill runs (unpausing also schedules the latest interval; that run is left out)."""
+    done = runner.run("-m", "airflow", "dags", "list-runs", DAG_ID, "-o", "json")
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("[{", "[]"))]
+    return [run for run in (json.loads(lines[-1]) if lines else []) if run["run_id"].startswith("backfill__")]
+
+
+def _backfill(runner: AirflowRunner, *extra: str) -> None:
+    """``airflow backfill create`` for the runs of 17, 18 and 19 November (a paused DAG's runs stay queued)."""
+
+    def created() -> bool:
+        runner.run("-m", "airflow", "dags", "unpause", DAG_ID)
+        done = runner.run("-m", "airflow", "backfill", "create", "--dag-id", DAG_ID, "--from-date",
+                          "2026-11-17", "--to-date", "2026-11-19T23:00:00", *extra)
+        return done.returncode == 0 or print(done.stderr[-800:])  # the DAG may not be parsed yet
+
+    _wait("the backfill to be accepted", created, timeout=90, every=3)
+
+
+def _settled_intervals(table: Path) -> list[str]:
+    commits = DeltaTable(str(table)).history()
+    return sorted(c["lakesync.settlement.interval_start"][:10] for c in commits
+                  if c.get("lakesync.settlement.interval_start", "") < "2026-11-20")
+
+
+def test_backfill_of_three_days_lands_each_day_once_and_again_changes_nothing(live):
+    runner, _, table, log = live
+    started = time.monotonic()
+    _backfill(runner)
+
+    def three_done() -> list[dict] | None:
+        runs = _runs(runner)
+        if any(r["state"] == "failed" for r in runs):
+            raise AssertionError(f"a backfill run failed: {runs}\n{log.read_text()[-3000:]}")
+        return runs if sum(r["state"] == "success" for r in runs) >= 3 else None
+
+    three_done_runs = _wait("three successful backfill runs", three_done, timeout=240, every=3)
+    print(f"backfill of 3 days: {time.monotonic() - started:.1f}s")
+    assert len(three_done_runs) == 3
+    assert _settled_intervals(table) == ["2026-11-17", "2026-11-18", "2026-11-19"]
+    assert DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).num_rows == 12
+    commits = len(_settled_intervals(table))
+
+    again = datetime.now(UTC)
+    _backfill(runner, "--reprocess-behavior", "completed")
+
+    def rerun_done() -> bool:
+        runs = _runs(runner)
+        finished = [r for r in runs if r["state"] == "success" and r["end_date"]
+                    and datetime.fromisoformat(r["end_date"]) > again]
+        return len(finished) >= 3
+
+    _wait("the re-run backfill", rerun_done, timeout=240, every=3)
+    assert len(_settled_intervals(table)) == commits, "re-running the three days committed nothing"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_status_view_in_headless_chromium_shows_the_pipeline_tables(live):
+    _, port, table, _ = live
+    _wait("a settled table", lambda: (table / "_delta_log").is_dir(), timeout=300, every=3)
+    done = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--virtual-time-budget=3000", "--dump-dom", f"http://127.0.0.1:{port}/lakesync/status"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    dom = done.stdout
+    assert "pipeline live" in dom, done.stderr[-2000:]
+    assert "<td>transactions</td>" in dom
+    assert "last validated settlement" in dom
