@@ -82,6 +82,21 @@ def test_a_second_snapshot_replaces_the_table_in_one_more_commit(tmp_path):
     assert sink.snapshot_position() == later.key()
 
 
+def test_a_snapshot_that_fails_midway_commits_nothing(tmp_path):
+    sink = snapshot_sink(tmp_path)
+
+    def broken():
+        yield pa.record_batch([pa.array([7], pa.int64()), pa.array(["half"])], schema=SCHEMA)
+        raise OSError("source connection lost")
+
+    with pytest.raises(SinkError, match="source connection lost"):
+        sink.write_snapshot(broken(), schema=SCHEMA, position=SourcePosition("binlog.000009", 4),
+                            snapshot_ts_ms=2)
+    assert DeltaTable(sink.table_uri).version() == 0
+    assert live(sink.table_uri) == {1: "a", 2: "b", 3: "c"}
+    assert sink.snapshot_position() == SNAPSHOT.key()
+
+
 def test_replayed_batch_is_not_applied_twice(tmp_path):
     sink = snapshot_sink(tmp_path)
     batch = change_table([(10, "new", 6000, "c")])

@@ -1,7 +1,7 @@
 """The Delta sink: snapshot writes, exactly-once position-versioned MERGE, tombstones (docs/sink.md)."""
 
 from lakesync.sink.changes import DELETED_MS, OP, POS, TS, ChangePlan, plan_changes
-from lakesync.sink.delta import ApplyResult, DeltaSink, Semantics
+from lakesync.sink.delta import ApplyResult, DeltaSink, Semantics, snapshot_transaction
 from lakesync.sink.tombstones import tombstone_uri
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "DeltaSink",
     "Semantics",
     "plan_changes",
+    "snapshot_transaction",
     "tombstone_uri",
 ]

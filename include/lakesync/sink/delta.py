@@ -81,6 +81,17 @@ def _encode_snapshot(position: SourcePosition) -> int:
     return position.file_index * _OFFSET_SPAN + position.offset
 
 
+def snapshot_transaction(position: SourcePosition) -> Transaction:
+    """The app transaction a snapshot commit must carry so the sink knows the snapshot position.
+
+    :meth:`DeltaSink.write_snapshot` adds it itself; a loader that commits its own files (one
+    ``create_write_transaction`` / add-actions commit) should pass it in that commit's
+    ``CommitProperties(app_transactions=[...])``. Without it the sink still converges, but it cannot drop
+    changes at or before the snapshot up front (the "snapshot floor", docs/sink.md).
+    """
+    return Transaction(SNAPSHOT_APP_ID, _encode_snapshot(position))
+
+
 def _decode_snapshot(version: int) -> str:
     return SourcePosition(f"snapshot.{version // _OFFSET_SPAN:06d}", version % _OFFSET_SPAN).key()
 
@@ -173,8 +184,16 @@ class DeltaSink:
         ``properties`` are Delta table properties (``delta.*``; delta-rs rejects other keys).
         """
         self._check_user_schema(schema)
-        encoded = _encode_snapshot(position)
         key = position.key()
+        commit = CommitProperties(
+            app_transactions=[snapshot_transaction(position)],
+            custom_metadata={
+                "lakesync.operation": "snapshot",
+                "lakesync.snapshot.position": key,
+                "lakesync.snapshot.token": position.token(),
+                "lakesync.snapshot.ts_ms": snapshot_ts_ms,
+            },
+        )
         out_schema = pa.schema([*schema, *META_FIELDS])
         written = 0
 
@@ -195,15 +214,6 @@ class DeltaSink:
         exists = self._exists()
         if exists:
             self._ensure_properties(configuration)
-        commit = CommitProperties(
-            app_transactions=[Transaction(SNAPSHOT_APP_ID, encoded)],
-            custom_metadata={
-                "lakesync.operation": "snapshot",
-                "lakesync.snapshot.position": key,
-                "lakesync.snapshot.token": position.token(),
-                "lakesync.snapshot.ts_ms": snapshot_ts_ms,
-            },
-        )
         try:
             write_deltalake(
                 self.table_uri,
