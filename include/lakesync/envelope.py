@@ -232,9 +232,11 @@ def _position(source: Mapping[str, Any], op: str, headers: Mapping[str, str]) ->
     return SourcePosition(file, int(source.get("pos") or 0), row, gtid)
 
 
-def decode(value: bytes | str, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None, *,
+def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None, *,
            key: bytes | str | None = None) -> ChangeEvent:
     """The :class:`ChangeEvent` in a Kafka record written by lakesync or by Debezium's MySQL connector."""
+    if value is None:
+        raise EventFormatError("the record has no value (a Debezium tombstone after a delete); skip it")
     try:
         document = _loads(value)
     except ValueError as exc:

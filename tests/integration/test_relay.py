@@ -203,3 +203,17 @@ def test_a_purged_binlog_position_is_refused_with_what_to_do(db, fresh_database,
     gone = SourcePosition("binlog.000000", 4)  # older than any file the server still has
     with pytest.raises(BinlogPurgedError, match="re-run the full load"):
         _run(db, pipeline, gone)
+
+
+def test_lag_reports_seconds_and_bytes_behind_the_source(db, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        cur.execute("INSERT INTO t VALUES (1)")
+    relay = Relay(make_pipeline(fresh_database), heartbeat_seconds=0.3)
+    relay.run(from_position=start, stop_when_idle_seconds=1.0)
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (2)")
+    lag = relay.lag()
+    assert lag.bytes > 0, "the insert after the relay stopped is not read yet"
+    assert lag.seconds >= 0

@@ -131,9 +131,9 @@ def test_debezium_snapshot_read_event_sits_at_row_zero() -> None:
     assert event.snapshot and event.position == SourcePosition("mysql-bin.000003", 364, 0)
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[]", b'{"op": "x", "source": {"file": "b.000001"}}',
+@pytest.mark.parametrize("raw", [None, b"not json", b"[]", b'{"op": "x", "source": {"file": "b.000001"}}',
                                  b'{"schema": {}, "payload": null}'])
-def test_records_that_are_not_change_events_are_refused_clearly(raw: bytes) -> None:
+def test_records_that_are_not_change_events_are_refused_clearly(raw: bytes | None) -> None:
     with pytest.raises(EventFormatError):
         decode(raw)
 
