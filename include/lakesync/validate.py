@@ -218,13 +218,23 @@ def row_hashes(table: pa.Table) -> np.ndarray:
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
-    """Positional column names (hostile names can't collide); decimals as Arrow's exact text (pandas would
-    hash Decimal objects through ``str`` one by one); integers with NULLs as Python ints, never as float64,
-    which would lose the low bits of a BIGINT."""
-    columns = [pc.cast(column, pa.string()) if pa.types.is_decimal(column.type) else column
-               for column in table.columns]
-    frame = pa.Table.from_arrays(columns, names=[f"c{i}" for i in range(len(columns))])
-    return frame.to_pandas(integer_object_nulls=True)
+    """The columns pandas hashes, under positional names (hostile names can't collide).
+
+    A DECIMAL becomes the two 64-bit halves of its 128-bit unscaled integer plus a NULL flag (both sides
+    share one schema, so equal values have equal integers; pandas would hash ``Decimal`` objects through
+    ``str`` one by one). Integers with NULLs stay Python ints, never float64, which would lose the low bits
+    of a BIGINT."""
+    columns: dict[str, Any] = {}
+    for i, column in enumerate(table.columns):
+        if pa.types.is_decimal128(column.type):
+            array = column.combine_chunks()
+            halves = np.frombuffer(array.buffers()[1], dtype=np.int64)[2 * array.offset:2 * (array.offset + len(array))]
+            nulls = array.is_null().to_numpy(zero_copy_only=False)
+            halves = np.where(np.repeat(nulls, 2), 0, halves).reshape(-1, 2)
+            columns[f"c{i}lo"], columns[f"c{i}hi"], columns[f"c{i}null"] = halves[:, 0], halves[:, 1], nulls
+        else:
+            columns[f"c{i}"] = column.to_pandas(integer_object_nulls=True, date_as_object=False)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _jsonable(value: Any) -> Any:

@@ -53,6 +53,19 @@ def test_fingerprints_see_every_column_change():
     assert (row_hashes(rows([1, 2], ["n1", None])) != base).tolist() == [False, True]
 
 
+def test_decimals_and_dates_are_fingerprinted_by_value():
+    def table(amounts: list[str | None], day: int) -> pa.Table:
+        return pa.table({"amount": pa.array([None if a is None else Decimal(a) for a in amounts], pa.decimal128(38, 2)),
+                         "day": pa.array([dt.date(2026, 1, day)] * len(amounts), pa.date32())})
+
+    base = row_hashes(table(["1.00", None, "-99999999999999999999999999999999.99"], 1))
+    assert (row_hashes(table(["1.00", None, "-99999999999999999999999999999999.99"], 1).slice(0)) == base).all()
+    assert (row_hashes(table(["1.01", "0.00", "-99999999999999999999999999999999.98"], 1)) != base).all()
+    assert (row_hashes(table(["1.00", None, "-99999999999999999999999999999999.99"], 2)) != base).all()
+    sliced = table(["5.00", "1.00", None], 1).slice(1)
+    assert (row_hashes(sliced) == row_hashes(table(["1.00", None], 1))).all()
+
+
 def test_bigint_with_nulls_keeps_its_low_bits():
     first = pa.table({"big": pa.array([2**62 + 1, None], pa.int64())})
     second = pa.table({"big": pa.array([2**62 + 2, None], pa.int64())})
