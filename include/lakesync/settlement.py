@@ -40,6 +40,8 @@ from lakesync.connections import mysql_connection
 from lakesync.errors import ConfigError, SinkError, SourceError, ValidationMismatch
 from lakesync.positions import MIN_KEY
 from lakesync.settlement_windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
+from lakesync.sink.changes import OP, POS, TS, drop_superseded
+from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.source.schema import read_key_columns, read_table_columns
 from lakesync.source.server_checks import current_position
 from lakesync.types import (
@@ -50,7 +52,8 @@ from lakesync.types import (
     snapshot_select_list,
 )
 
-POS, OP, TS = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
+#: Delta table property the sink sets on its tables (the change data feed); settlement-created tables get it too.
+CDF = "delta.enableChangeDataFeed"
 #: How many differing keys a result keeps for people to look at.
 _SAMPLE_KEYS = 20
 
@@ -259,26 +262,43 @@ def _changes_table(upserts: pa.Table, deletes: pa.Table, source: _Source, positi
     )
 
 
+def _newer(position: str) -> str:
+    """The MERGE guard: the sink's rule (apply only over an older stored position) when the read has a binlog
+    position; a source without a binlog has no positions, and settlement is then the table's only writer."""
+    if position == MIN_KEY:
+        return f"t.{POS} <= s.{POS}"
+    return f"t.{POS} < s.{POS}"
+
+
 def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.Table, key: list[str],
-            properties: CommitProperties) -> int:
-    """One Delta commit: create the table, MERGE the changes, or (nothing changed) an empty marker commit."""
+            position: str, properties: CommitProperties) -> int:
+    """One Delta commit: create the table, MERGE the changes, or (nothing changed) an empty marker commit.
+
+    Deletes are recorded as tombstones in the sink's tombstone table first (as the sink does), and upserts
+    a newer tombstone supersedes are dropped, so settlement never resurrects a row the stream deleted."""
     options = pipeline.delta.storage_options or None
-    upserts_only = changes.filter(pc.not_equal(changes[OP], "d"))
+    deletes = changes.filter(pc.equal(changes[OP], "d"))
+    upserts = changes.filter(pc.not_equal(changes[OP], "d"))
+    tombstones = TombstoneStore(tombstone_uri(uri), key_columns=key, storage_options=options)
+    txn = properties.app_transactions[0]  # type: ignore[index]
+    tombstones.record(deletes, app_id=txn.app_id, batch_version=txn.version)
+    upserts = drop_superseded(upserts, tombstones.matching(upserts), key)
     if table is None:
-        write_deltalake(uri, upserts_only, mode="append", storage_options=options,
-                        commit_properties=properties)
+        write_deltalake(uri, upserts, mode="append", storage_options=options, commit_properties=properties,
+                        configuration={CDF: "true"})
         return DeltaTable(uri, storage_options=options).version()
+    changes = pa.concat_tables([upserts, deletes])
     if changes.num_rows == 0:
         write_deltalake(uri, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
                         storage_options=options, commit_properties=properties)
         return table.version() + 1
     on = " AND ".join(f"t.{quote_delta(k)} = s.{quote_delta(k)}" for k in key)
     assign = {quote_delta(name): f"s.{quote_delta(name)}" for name in changes.column_names}
-    newer = f"t.{POS} IS NULL OR t.{POS} <= s.{POS}"
+    newer = _newer(position)
     (
         table.merge(changes, predicate=on, source_alias="s", target_alias="t", commit_properties=properties)
-        .when_matched_delete(predicate=f"s.{OP} = 'd' AND ({newer})")
-        .when_matched_update(updates=assign, predicate=f"s.{OP} <> 'd' AND ({newer})")
+        .when_matched_delete(predicate=f"s.{OP} = 'd' AND {newer}")
+        .when_matched_update(updates=assign, predicate=f"s.{OP} <> 'd' AND {newer}")
         .when_not_matched_insert(updates=assign, predicate=f"s.{OP} <> 'd'")
         .execute()
     )
@@ -342,7 +362,7 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
         app_transactions=[Transaction(txn_id, result.run)],
     )
     try:
-        result.delta_version = _commit(uri, pipeline, delta, changes, source.key, properties)
+        result.delta_version = _commit(uri, pipeline, delta, changes, source.key, position, properties)
     except OSError as exc:
         raise SinkError(f"settlement commit to {uri} failed: {exc}") from exc
     return result

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -119,3 +121,27 @@ def test_cli_settles_every_scheduled_interval_in_the_range(pipeline, mariadb, fr
     assert _rows(pipeline) == [(2, "2.00"), (3, "3.00")]  # the 17th lies before the first interval
     commits = DeltaTable(pipeline.delta.table_uri("transactions")).history()
     assert sorted(c["lakesync.settlement.interval_start"][:10] for c in commits) == ["2026-11-18", "2026-11-19"]
+
+
+def test_settlement_never_overwrites_a_newer_stream_change_and_leaves_tombstones(pipeline, mariadb, fresh_database):
+    from lakesync.sink.delta import DeltaSink
+    from lakesync.sink.tombstones import tombstone_uri
+
+    _book(mariadb, fresh_database, [(1, "1.00", "2026-11-19 12:00:00"), (2, "2.00", "2026-11-19 12:00:00")])
+    settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    uri = pipeline.delta.table_uri("transactions")
+    current = DeltaTable(uri).to_pyarrow_table()
+    stream_change = current.take([i for i, key in enumerate(current["id"].to_pylist()) if key == 1])
+    stream_change = stream_change.set_column(stream_change.schema.get_field_index("amount"), "amount",
+                                             pa.array([Decimal("7.77")], pa.decimal128(18, 2)))
+    newer = "99999999.000000000000.000001"  # a position after anything the settlement can read
+    stream_change = stream_change.set_column(stream_change.schema.get_field_index("_lakesync_pos"),
+                                             "_lakesync_pos", pa.array([newer]))
+    DeltaSink(uri, key_columns=["id"]).apply_changes(stream_change, app_id="test-stream", batch_version=1)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DELETE FROM `{fresh_database}`.transactions WHERE id = 2")
+    repair = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    assert repair.deleted == 1
+    assert _rows(pipeline) == [(1, "7.77")]  # the newer stream change stays; id 2 is gone
+    tombstones = DeltaTable(tombstone_uri(uri)).to_pyarrow_table(columns=["id"]).to_pylist()
+    assert tombstones == [{"id": 2}]
