@@ -245,6 +245,22 @@ def test_purge_removes_only_old_tombstones(tmp_path):
     assert read(tombstone_uri(sink.table_uri)).column("id").to_pylist() == [2]
 
 
+def test_a_new_snapshot_clears_tombstones_so_a_reset_position_space_is_not_blocked(tmp_path):
+    """After a failover (or RESET MASTER) positions start low again; old tombstones must not block them."""
+    sink = snapshot_sink(tmp_path)
+    sink.apply_changes(change_table([(1, None, 6000, "d")]), app_id="s", batch_version=0)
+    assert read(tombstone_uri(sink.table_uri)).num_rows == 1
+
+    new_server = SourcePosition("binlog.000001", 4)
+    sink.write_snapshot([pa.record_batch([pa.array([2], pa.int64()), pa.array(["b"])], schema=SCHEMA)],
+                        schema=SCHEMA, position=new_server, snapshot_ts_ms=3)
+    insert = change_table([(1, "reborn", 0, "c")]).set_column(2, POS, pa.array([new_server.with_row(1).key()]))
+    sink.apply_changes(insert, app_id="s-after-reload", batch_version=0)
+
+    assert read(tombstone_uri(sink.table_uri)).num_rows == 0
+    assert live(sink.table_uri) == {1: "reborn", 2: "b"}
+
+
 def test_tombstones_live_beside_the_table_not_inside_it(tmp_path):
     assert tombstone_uri("/lake/db/orders") == "/lake/db/_lakesync/tombstones/orders"
     assert tombstone_uri("s3://bucket/lake/orders/") == "s3://bucket/lake/_lakesync/tombstones/orders"

@@ -182,6 +182,7 @@ class DeltaSink:
         ``lakesync.snapshot`` (durable, read by :meth:`snapshot_position`) and in the commit metadata
         (``lakesync.snapshot.position`` / ``.token`` / ``.ts_ms``, for people reading the history).
         ``properties`` are Delta table properties (``delta.*``; delta-rs rejects other keys).
+        The table's tombstones are cleared once the snapshot has committed.
         """
         self._check_user_schema(schema)
         key = position.key()
@@ -226,6 +227,10 @@ class DeltaSink:
             )
         except DeltaError as exc:
             raise SinkError(f"the snapshot of {self.table_uri} was not written: {exc}") from exc
+        # After a snapshot at P every old tombstone is either <= P (the snapshot floor already covers it) or
+        # from an older position space (failover, RESET MASTER), where it would wrongly block new changes.
+        # Cleared after the commit, so a snapshot that fails leaves the tombstones as they were.
+        self.tombstones.clear()
         return written
 
     def _check_user_schema(self, schema: pa.Schema) -> None:

@@ -105,6 +105,17 @@ class TombstoneStore:
             raise SinkError(f"could not read the tombstone table {self.uri}: {exc}") from exc
         return pa.concat_tables(found)
 
+    def clear(self) -> int:
+        """Delete every tombstone (after a new snapshot, see :meth:`lakesync.sink.DeltaSink.write_snapshot`)."""
+        table = self._open()
+        if table is None:
+            return 0
+        try:
+            metrics = table.delete()
+        except DeltaError as exc:
+            raise SinkError(f"could not clear the tombstones in {self.uri}: {exc}") from exc
+        return int(metrics.get("num_deleted_rows", 0))
+
     def purge(self, older_than_ms: int) -> int:
         """Delete tombstones of deletes that happened at the source before ``older_than_ms``.
 
