@@ -67,6 +67,8 @@ DEFAULT_CHUNK_ROWS = 100_000
 DEFAULT_SETTLE_TIMEOUT_S = 30.0
 DEFAULT_ROUNDS = 3
 _POLL_SECONDS = 0.25
+#: Server errors meaning "not allowed" (no RELOAD for FLUSH TABLES WITH READ LOCK, say).
+_LOCK_DENIED = {1044, 1142, 1227}
 
 ProgressCallback = Callable[[str, str], None]
 """``(table, what is happening)``: for the CLI's progress line."""
@@ -604,6 +606,10 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
     storage = pipeline.delta.storage_options or None
     deadline = time.monotonic() + ctx.settle_timeout_s
     result = TableComparison(table, 0, 0, started_at=_utc_now())
+    if not _delta_exists(uri, storage):
+        result.error = f"there is no Delta table at {uri}: run the full load of {table} first"
+        result.finished_at = _utc_now()
+        return result
     snapshot = open_snapshot_fn()
     try:
         conn = snapshot.connections[0]
@@ -658,6 +664,12 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
         result.finished_at = _utc_now()
 
 
+def _delta_exists(uri: str, storage: dict[str, str] | None) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(uri, storage_options=storage)
+
+
 def _not_comparable(result: TableComparison, conn: Any, shape: TableShape, uri: str,
                     storage: dict[str, str] | None) -> TableComparison:
     from deltalake import DeltaTable
@@ -678,6 +690,22 @@ def _not_comparable(result: TableComparison, conn: Any, shape: TableShape, uri: 
     result.note = (f"append-only change log (no key): not comparable row for row; source {result.source_rows} "
                    f"rows, Delta {result.delta_rows} {counted}")
     return result
+
+
+def _lock_free_snapshot(connection: Any, database: str) -> Any:
+    """A snapshot tagged with the position read just *before* it started, for a MySQL user without RELOAD
+    (no ``FLUSH TABLES WITH READ LOCK``). The position may be a little early: a row committed in between is
+    read with its new value while its Delta row is positioned after the tag, so it counts as in flight and
+    is re-checked, never reported as a false mismatch."""
+    from lakesync.source.server_checks import current_position
+    from lakesync.source.snapshot import Snapshot, connect
+
+    conn = connect(connection, database=database)
+    position = current_position(conn)
+    with conn.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    return Snapshot(position, "position read before START TRANSACTION WITH CONSISTENT SNAPSHOT (no lock)", [conn])
 
 
 def validate_pipeline(pipeline: Pipeline, *, tables: Sequence[str] | None = None,
@@ -708,7 +736,13 @@ def validate_pipeline(pipeline: Pipeline, *, tables: Sequence[str] | None = None
                    progress or (lambda table, what: log.info("%s: %s", table, what)))
 
     def snapshot() -> Any:
-        return open_snapshot(connection, database=database, connections=1)
+        try:
+            return open_snapshot(connection, database=database, connections=1)
+        except SourceError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, pymysql.MySQLError) and cause.args and cause.args[0] in _LOCK_DENIED):
+                raise
+            return _lock_free_snapshot(connection, database)
 
     for table in tables:
         ctx.say(table, "reading")

@@ -241,3 +241,32 @@ def test_with_the_real_sink_a_newer_tombstone_is_in_flight_and_an_older_one_is_a
     delete(21, SourcePosition(position.file, position.offset + 1, 1), 2)  # before our snapshot: really gone
     (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=2).tables
     assert result.missing_in_delta == [{ID: 21}]
+
+
+def test_a_table_never_loaded_is_an_error_that_names_what_to_do(pipeline, mariadb):
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {q(pipeline.source.database)}.`new one` (id INT PRIMARY KEY)")
+    report = validate_pipeline(pipeline, settle_timeout_s=0.5, rounds=1)
+    by_table = {t.table: t for t in report.tables}
+    assert by_table["new one"].status == "error" and "run the full load" in by_table["new one"].error
+    assert by_table[LEDGER].status == "equal"  # the other tables are still checked
+    assert not report.matches
+
+
+def test_lock_free_snapshot_is_tagged_no_later_than_its_start(pipeline, mariadb):
+    """The fallback for MySQL users without RELOAD: the tag may be early (safe), never late."""
+    from lakesync.connections import mysql_connection
+    from lakesync.validate import _lock_free_snapshot
+
+    with mariadb.connect() as conn:
+        before = current_position(conn)
+    snapshot = _lock_free_snapshot(mysql_connection(pipeline), pipeline.source.database)
+    try:
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {q(pipeline.source.database)}.{q(AUDIT)} VALUES ('after')")
+        with snapshot.connections[0].cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {q(pipeline.source.database)}.{q(AUDIT)}")
+            assert cur.fetchone()[0] == 3  # the insert after the snapshot is not seen
+    finally:
+        snapshot.close()
+    assert before <= snapshot.position
