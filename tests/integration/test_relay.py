@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.envelope import ChangeEvent, decode, decode_schema_change
-from lakesync.errors import BinlogPurgedError, SchemaChangeError
+from lakesync.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from lakesync.positions import SourcePosition
 from lakesync.relay import Relay, covered_range
 from lakesync.relay.offsets import ProgressStore
@@ -217,3 +217,15 @@ def test_lag_reports_seconds_and_bytes_behind_the_source(db, fresh_database, mak
     lag = relay.lag()
     assert lag.bytes > 0, "the insert after the relay stopped is not read yet"
     assert lag.seconds >= 0
+
+
+def test_a_partial_row_image_written_by_one_session_is_refused(db, fresh_database, make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT)")
+        start = current_position(db)
+        cur.execute("INSERT INTO t VALUES (1, 1, 1)")
+        cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
+        cur.execute("UPDATE t SET a = 2 WHERE id = 1")
+        cur.execute("SET SESSION binlog_row_image = 'FULL'")
+    with pytest.raises(SourceError, match="partial row image"):
+        _run(db, make_pipeline(fresh_database), start)

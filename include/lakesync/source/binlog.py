@@ -49,7 +49,7 @@ from lakesync import types as lakesync_types
 from lakesync.envelope import ChangeEvent
 from lakesync.errors import BinlogPurgedError, SourceError
 from lakesync.positions import SourcePosition
-from lakesync.source.binlog_rows import decode_rows, row_plan
+from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
 
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
 _FL_STANDALONE = 0x01
@@ -183,10 +183,11 @@ def _minimal_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] 
 class _RowConverter:
     """Per-table-map value conversion, built once per table-map and applied in place to each row."""
 
-    __slots__ = ("converters", "key_columns", "plan", "set_columns")
+    __slots__ = ("converters", "full_bitmap", "key_columns", "plan", "set_columns")
 
     def __init__(self, columns: list[Any], key_columns: tuple[str, ...]) -> None:
         self.plan = row_plan(columns)
+        self.full_bitmap = full_bitmap(len(columns))
         self.converters: list[tuple[str, Callable[[Any], Any]]] = []
         self.set_columns: tuple[str, ...] = ()
         for column in columns:
@@ -289,6 +290,21 @@ class BinlogSource:
         self._converters[event.table_id] = (table_obj, converter)
         return converter
 
+    @staticmethod
+    def _require_full_image(event: Any, full: bytes, file: str, log_pos: int) -> None:
+        """A session may still write partial row images (``SET SESSION binlog_row_image=MINIMAL``) on a
+        server whose global setting is FULL; publishing them would put NULLs where values are."""
+        if event.columns_present_bitmap == full and (
+            type(event) is not UpdateRowsEvent or event.columns_present_bitmap2 == full
+        ):
+            return
+        raise SourceError(
+            f"the rows event for {event.schema}.{event.table} at {file}:{log_pos} has a partial row image "
+            "(a session wrote it with binlog_row_image MINIMAL or NOBLOB); lakesync needs every column",
+            hint="make the writing application keep binlog_row_image=FULL, then re-run the full load of this table "
+            "and restart the relay after this position",
+        )
+
     def __iter__(self) -> Iterator[SourceItem]:
         self._reader = self._open()
         file = self._start.file
@@ -303,6 +319,7 @@ class BinlogSource:
                     if not self._is_selected(event.table):
                         continue
                     convert = self._converter(event)
+                    self._require_full_image(event, convert.full_bitmap, file, log_pos)
                     key_columns = convert.key_columns
                     ts_ms = event.timestamp * 1000
                     table = event.table

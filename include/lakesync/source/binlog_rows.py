@@ -224,6 +224,11 @@ def _reader(column: Any) -> Reader | None:
     return None
 
 
+def full_bitmap(columns: int) -> bytes:
+    """The columns-present bitmap of a full row image of ``columns`` columns."""
+    return bytes([0xFF] * (columns // 8)) + (bytes([(1 << (columns % 8)) - 1]) if columns % 8 else b"")
+
+
 class RowPlan:
     """How to decode the row images of one table-map's rows events."""
 
@@ -232,8 +237,7 @@ class RowPlan:
     def __init__(self, names: list[str], readers: list[Reader]) -> None:
         self.columns = tuple(zip(range(len(names)), names, readers, strict=True))
         self.null_bytes = (len(names) + 7) // 8
-        self.full_bitmap = bytes([0xFF] * (len(names) // 8)) + (
-            bytes([(1 << (len(names) % 8)) - 1]) if len(names) % 8 else b"")
+        self.full_bitmap = full_bitmap(len(names))
 
     def _image(self, data: bytes, pos: int) -> tuple[dict[str, Any], dict[str, str], int]:
         nulls = data[pos:pos + self.null_bytes]
@@ -271,7 +275,7 @@ def decode_rows(event: Any, plan: RowPlan) -> list[dict[str, Any]] | None:
     """
     full = plan.full_bitmap
     bitmap = event.columns_present_bitmap
-    if bitmap[:len(full)] != full or len(bitmap) != len(full):
+    if bitmap != full:
         return None
     is_update = type(event) is UpdateRowsEvent
     if is_update and event.columns_present_bitmap2 != bitmap:
