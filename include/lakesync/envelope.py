@@ -53,6 +53,7 @@ _last_key_base: tuple[tuple[str, int], str] = (("", -1), "")
 _names: dict[str, str] = {}
 _file_json: dict[str, str] = {}
 _source_prefixes: dict[tuple[str, str, str, int], str] = {}
+_file_indexes: dict[str, int] = {}
 _SNAPSHOT_JSON = {True: '"true"', False: '"false"'}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
@@ -199,11 +200,7 @@ def _header_map(headers: Iterable[tuple[str, bytes | str | None]] | Mapping[str,
     if not headers:
         return {}
     items = headers.items() if isinstance(headers, Mapping) else headers
-    out: dict[str, str] = {}
-    for name, raw in items:
-        if raw is not None:
-            out[name] = raw.decode() if isinstance(raw, bytes | bytearray) else str(raw)
-    return out
+    return {name: raw.decode() if type(raw) is bytes else str(raw) for name, raw in items if raw is not None}
 
 
 def _unwrap(document: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -218,6 +215,13 @@ def _unwrap(document: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return document, None
 
 
+def _file_index(file: str) -> int:
+    index = _file_indexes.get(file)
+    if index is None:
+        index = _file_indexes[file] = binlog_file_index(file)
+    return index
+
+
 def _position(source: Mapping[str, Any], op: str, headers: Mapping[str, str]) -> SourcePosition:
     gtid = source.get("gtid") or None
     file = source.get("file")
@@ -225,9 +229,11 @@ def _position(source: Mapping[str, Any], op: str, headers: Mapping[str, str]) ->
         raise EventFormatError("the event's source block has no binlog file")
     key = headers.get(H_POS)
     if key:
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) == _file_index(file):
+            return SourcePosition(file, int(parts[1]), int(parts[2]), gtid)
         pos = SourcePosition.from_key(key, file_stem=file_stem(file))
-        same_file = pos.file_index == binlog_file_index(file)
-        return SourcePosition(file if same_file else pos.file, pos.offset, pos.row, gtid)
+        return SourcePosition(pos.file, pos.offset, pos.row, gtid)
     row = 0 if op == "r" else int(source.get("row") or 0) + 1
     return SourcePosition(file, int(source.get("pos") or 0), row, gtid)
 
