@@ -95,13 +95,22 @@ def delta_schema(source_schema: pa.Schema) -> pa.Schema:
         pa.field(OP_COLUMN, pa.string(), nullable=False)).append(pa.field(TS_COLUMN, pa.int64(), nullable=False))
 
 
-def tag_rows(table: pa.Table, schema: pa.Schema, position: SourcePosition, ts_ms: int) -> pa.Table:
-    rows = table.num_rows
-    return pa.Table.from_arrays(
-        [*table.columns, pa.repeat(pa.scalar(position.key()), rows), pa.repeat(pa.scalar(SNAPSHOT_OP), rows),
-         pa.repeat(pa.scalar(ts_ms, pa.int64()), rows)],
-        schema=schema,
-    )
+class RowTagger:
+    """Adds the position columns to parts of one table. Their values are the same for every row, so the
+    arrays are built once and sliced (zero-copy) per part, instead of costing ~0.1 s per million rows."""
+
+    def __init__(self, schema: pa.Schema, position: SourcePosition, ts_ms: int) -> None:
+        self.schema = schema
+        self._values = (pa.scalar(position.key()), pa.scalar(SNAPSHOT_OP), pa.scalar(ts_ms, pa.int64()))
+        self._constants = [pa.repeat(value, 0) for value in self._values]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        rows = table.num_rows
+        constants = self._constants
+        if len(constants[0]) < rows:  # a benign race between worker threads: both build the same arrays
+            constants = self._constants = [pa.repeat(value, rows) for value in self._values]
+        return pa.Table.from_arrays([*table.columns, *(array.slice(0, rows) for array in constants)],
+                                    schema=self.schema)
 
 
 def commit_metadata(position: SourcePosition, *, table: str, mode: str) -> dict[str, str]:
@@ -195,8 +204,10 @@ def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, 
     filesystem.create_dir(root, recursive=True)
     name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
     stats = _FileStats(stats_columns)
+    # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
+    # time and, for mostly unique values, makes the file bigger, not smaller.
     with filesystem.open_output_stream(f"{root}/{name}") as sink, \
-            pq.ParquetWriter(sink, schema, compression="snappy") as writer:
+            pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS_COLUMN, OP_COLUMN]) as writer:
         for part in parts:
             writer.write_table(part)
             stats.add(part)
@@ -213,7 +224,8 @@ def load_chunk(task: ChunkTask) -> ChunkDone:
     try:
         position = current_position(conn)
         with _read_errors(task.shape.name):
-            parts = (tag_rows(part, schema, position, task.ts_ms) for part in _read_chunk(conn, reader, task.key_range))
+            tag = RowTagger(schema, position, task.ts_ms)
+            parts = (tag(part) for part in _read_chunk(conn, reader, task.key_range))
             name, size, rows, stats = write_part(task.table_uri, schema, parts,
                                                  stats_columns=[*task.shape.key_columns, POS_COLUMN])
     finally:
@@ -411,8 +423,10 @@ class FullLoad:
         uri = self.pipeline.delta.table_uri(shape.name)
         stats_columns = [*shape.key_columns, POS_COLUMN]
 
+        tag = RowTagger(schema, snapshot.position, ts_ms)
+
         def write(parts: Iterable[pa.Table], chunk_id: str) -> ChunkDone:
-            tagged = (tag_rows(part, schema, snapshot.position, ts_ms) for part in parts)
+            tagged = (tag(part) for part in parts)
             path, size, rows, stats = write_part(uri, schema, tagged, stats_columns=stats_columns)
             return ChunkDone(chunk_id, path, size, rows, snapshot.position.key(),
                              position_to_json(snapshot.position), stats)
