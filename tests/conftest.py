@@ -60,3 +60,25 @@ def spark():
     session = build_spark_session("lakesync-tests")
     yield session
     session.stop()
+
+
+# -- exit guard ---------------------------------------------------------------------------------------------
+# At interpreter shutdown, Arrow C++ tears down its thread pools; a pool thread still inside Python (reading
+# a Delta table through pyarrow's Python filesystem, as deltalake's to_pyarrow_table does) makes libstdc++
+# abort with "terminate called without an active exception" (exit 134) after every test has passed
+# (apache/arrow#36980, delta-io/delta-rs#2184; docs/sink.md). lakesync's own code reads with
+# DeltaTable.scan(), but the guard makes sure such an abort can never change pytest's verdict: once pytest
+# has decided its exit status, the process leaves with exactly that status, skipping interpreter teardown.
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _exit_status and os.environ.get("LAKESYNC_PYTEST_EXIT_GUARD", "1") == "1":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[0])

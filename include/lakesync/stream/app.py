@@ -1,0 +1,202 @@
+"""The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
+
+Spark Structured Streaming reads the tables' topics with lakesync's Python Kafka source (offsets in Spark's
+checkpoint). Each micro-batch is decoded on the driver, reduced to the newest change per key, and merged
+into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
+in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
+skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
+applies a change only when it is newer than what the row holds.
+
+The stream id is generated when the checkpoint folder is created and kept inside it: a new checkpoint is a
+new stream, whose batch ids start again at 0 without colliding with the old stream's app transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from lakesync.config import Pipeline
+from lakesync.connections import kafka_client_config
+from lakesync.errors import ConfigError, LakesyncError
+from lakesync.load_state import LoadState
+from lakesync.stream.decode import group_by_table, user_schema
+from lakesync.stream.handoff import check_coverage, starting_offsets
+from lakesync.stream.progress import StreamProgress
+
+log = logging.getLogger(__name__)
+
+STREAM_ID_FILE = "lakesync_stream_id"
+#: Delta table property where the full load records the source key (JSON list of column names).
+KEY_COLUMNS_PROPERTY = "lakesync.key_columns"
+
+
+@dataclass(frozen=True)
+class StreamedTable:
+    name: str
+    topic: str
+    uri: str
+    key_columns: list[str]
+    semantics: str
+    handoff_key: str
+
+
+@dataclass
+class StreamRunSummary:
+    batches: int = 0
+    changes: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+
+
+def checkpoint_dir(pipeline: Pipeline) -> Path:
+    return pipeline.pipeline_state_dir / "checkpoints" / "stream"
+
+
+def stream_id(checkpoint: Path) -> str:
+    """The id of the stream that owns ``checkpoint`` (created with it)."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    id_file = checkpoint / STREAM_ID_FILE
+    if not id_file.exists():
+        id_file.write_text(uuid.uuid4().hex)
+    return id_file.read_text().strip()
+
+
+def table_key_columns(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """The key the full load recorded in the Delta table's configuration (``lakesync.key_columns``)."""
+    from deltalake import DeltaTable
+
+    configuration = DeltaTable(uri, storage_options=storage_options or None).metadata().configuration
+    return json.loads(configuration.get(KEY_COLUMNS_PROPERTY, "[]"))
+
+
+def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> list[StreamedTable]:
+    """The tables whose full load finished: only those can be streamed (they have a handoff position)."""
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    tables = []
+    for name, table_state in sorted(state.tables.items()):
+        if only and name not in only:
+            continue
+        if table_state.status != "done" or not table_state.position_key or not pipeline.tables.selects(name):
+            continue
+        uri = pipeline.delta.table_uri(name)
+        settings = pipeline.tables.settings_for(name)
+        key_columns = list(settings.key_columns or table_key_columns(uri, pipeline.delta.storage_options))
+        tables.append(StreamedTable(
+            name=name,
+            topic=pipeline.topic(name),
+            uri=uri,
+            key_columns=key_columns,
+            semantics=settings.semantics or ("exactly_once" if key_columns else "append_log"),
+            handoff_key=table_state.position_key,
+        ))
+    if not tables:
+        raise ConfigError(
+            f"pipeline {pipeline.name!r} has no fully loaded tables to stream",
+            hint=f"run the full load first: `lakesync snapshot --pipeline {pipeline.name}`",
+        )
+    return tables
+
+
+def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema:
+    from deltalake import DeltaTable
+
+    return pa.schema(DeltaTable(uri, storage_options=storage_options or None).schema().to_arrow())
+
+
+class BatchApplier:
+    """The ``foreachBatch`` function: decode, then one versioned MERGE per table."""
+
+    def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
+        from lakesync.sink import DeltaSink
+
+        self.pipeline = pipeline
+        self.app_id = app_id
+        self.by_topic = {t.topic: t for t in tables}
+        self.sinks = {
+            t.name: DeltaSink(t.uri, key_columns=t.key_columns, semantics=t.semantics,  # type: ignore[arg-type]
+                              storage_options=pipeline.delta.storage_options or None)
+            for t in tables
+        }
+        self.schemas = {t.name: _delta_schema(t.uri, pipeline.delta.storage_options) for t in tables}
+        self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
+        self.summary = StreamRunSummary()
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        records = batch_df.toArrow()
+        grouped = group_by_table(records, {topic: t.name for topic, t in self.by_topic.items()})
+        for table_name, table_changes in grouped.items():
+            if self.progress.tables.get(table_name) and self.progress.tables[table_name].stopped_reason:
+                continue
+            sink = self.sinks[table_name]
+            changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
+            if table_changes.new_columns:
+                log.warning("table %s: change events carry columns %s the Delta table lacks; waiting for the "
+                            "schema event to add them", table_name, sorted(table_changes.new_columns))
+            try:
+                sink.apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
+            except LakesyncError as exc:
+                log.error("table %s stopped: %s", table_name, exc)
+                self.progress.record(table_name, batch_id=batch_id, rows=0, position=None, source_ts_ms=None)
+                self.progress.tables[table_name].stopped_reason = str(exc)
+                continue
+            newest = max(table_changes.events, key=lambda event: event.position)
+            self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
+                                 position=newest.position.key(), source_ts_ms=newest.ts_ms)
+            self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
+            self.summary.changes += changes.num_rows
+        self.summary.batches += 1
+        self.progress.save(self.pipeline.pipeline_state_dir)
+
+
+def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
+               timeout_seconds: float | None = None) -> StreamRunSummary:
+    """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
+    with the pipeline's trigger interval until stopped (or ``timeout_seconds``)."""
+    from lakesync import kafka_source
+    from lakesync.kafka_offsets import offset_consumer
+    from lakesync.relay import covered_range
+    from lakesync.spark_session import build_spark_session
+
+    selected = streamed_tables(pipeline, only=tables)
+    client = kafka_client_config(pipeline)
+    checkpoint = checkpoint_dir(pipeline)
+    fresh = not (checkpoint / "offsets").exists()
+    app_id = f"lakesync-stream-{stream_id(checkpoint)}"
+    options = {f"kafka.{key}": value for key, value in client.items()}
+    options["subscribe"] = ",".join(t.topic for t in selected)
+    if pipeline.stream.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
+    if fresh:
+        covered = covered_range(pipeline)
+        check_coverage(pipeline.name, {t.name: t.handoff_key for t in selected}, covered[0] if covered else None)
+        consumer = offset_consumer(client)
+        try:
+            offsets = starting_offsets(consumer, {t.topic: t.handoff_key for t in selected})
+        finally:
+            consumer.close()
+        options["startingOffsets"] = json.dumps(offsets)
+        log.info("new stream %s starts at the handoff offsets %s", app_id, offsets)
+    else:
+        log.info("stream %s resumes from its checkpoint %s", app_id, checkpoint)
+
+    session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
+    kafka_source.register(session)
+    applier = BatchApplier(pipeline, selected, app_id)
+    writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
+              .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(
+        processingTime=f"{pipeline.stream.trigger_seconds} seconds")
+    query = writer.start()
+    try:
+        query.awaitTermination(timeout_seconds) if timeout_seconds else query.awaitTermination()
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception():
+        raise LakesyncError(f"the stream of pipeline {pipeline.name!r} failed: {query.exception()}")
+    return applier.summary

@@ -1,0 +1,67 @@
+"""What the stream has applied, per table: the state behind ``lakesync status`` and the Airflow view.
+
+Written after each committed micro-batch (atomically: temp file + rename) to
+``<pipeline state dir>/stream_progress.json``. It is an observation, not a source of truth: the Delta
+tables' own ``_lakesync_pos`` columns and app transactions are what make the data right, so a lost or
+stale progress file never changes a result, only what status shows until the next batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PROGRESS_FILE = "stream_progress.json"
+
+
+@dataclass
+class TableProgress:
+    applied_position: str | None = None
+    applied_source_ts_ms: int | None = None
+    last_batch_id: int | None = None
+    last_batch_rows: int = 0
+    last_batch_at_ms: int | None = None
+    rows_total: int = 0
+    stopped_reason: str | None = None
+
+    def lag_seconds(self, now_ms: int | None = None) -> float | None:
+        """Seconds between the newest applied source commit and now (None before the first change)."""
+        if self.applied_source_ts_ms is None:
+            return None
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        return max(0.0, (now - self.applied_source_ts_ms) / 1000)
+
+
+@dataclass
+class StreamProgress:
+    tables: dict[str, TableProgress] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StreamProgress:
+        file = state_dir / PROGRESS_FILE
+        try:
+            raw = json.loads(file.read_text())
+        except (OSError, ValueError):
+            return cls()
+        return cls({name: TableProgress(**values) for name, values in raw.get("tables", {}).items()})
+
+    def save(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        file = state_dir / PROGRESS_FILE
+        tmp = file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"tables": {name: asdict(p) for name, p in self.tables.items()}}, indent=2))
+        tmp.replace(file)
+
+    def record(self, table: str, *, batch_id: int, rows: int, position: str | None, source_ts_ms: int | None
+               ) -> None:
+        progress = self.tables.setdefault(table, TableProgress())
+        progress.last_batch_id = batch_id
+        progress.last_batch_rows = rows
+        progress.last_batch_at_ms = int(time.time() * 1000)
+        progress.rows_total += rows
+        if position is not None and (progress.applied_position is None or position > progress.applied_position):
+            progress.applied_position = position
+        if source_ts_ms is not None:
+            progress.applied_source_ts_ms = max(source_ts_ms, progress.applied_source_ts_ms or 0)
