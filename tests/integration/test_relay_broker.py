@@ -12,7 +12,7 @@ from lakesync.relay.publisher import Publisher
 
 
 def test_flush_raises_broker_error_when_the_broker_is_unreachable() -> None:
-    publisher = Publisher({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "1500"},
+    publisher = Publisher({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "1500", "log_level": "0"},
                           flush_timeout_seconds=5)
     publisher.send("nowhere.t", b'{"id":1}', b"{}", [])
     began = time.monotonic()
