@@ -48,6 +48,7 @@ from lakesync.connections import MySQLConnection, mysql_connection
 from lakesync.errors import ConfigError, SchemaChangeError, SinkError, SourceError
 from lakesync.load_state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
 from lakesync.positions import SourcePosition
+from lakesync.sink.delta import DeltaSink, snapshot_transaction
 from lakesync.source.schema import list_tables
 from lakesync.source.server_checks import check_binlog_settings, current_position
 from lakesync.source.snapshot import Snapshot, connect, open_snapshot
@@ -113,16 +114,18 @@ class RowTagger:
                                     schema=self.schema)
 
 
-def commit_metadata(position: SourcePosition, *, table: str, mode: str) -> dict[str, str]:
-    """What each load commit carries in its commit info, so the position can be read from the table itself
-    (delta-rs 1.6 refuses table properties outside the ``delta.*`` set, so commit info is the place)."""
+def commit_metadata(position: SourcePosition, *, table: str, mode: str, ts_ms: int) -> dict[str, str | int]:
+    """What each load commit carries in its commit info (the same keys as ``DeltaSink.write_snapshot``), so
+    people can read the position from the table's history. delta-rs 1.6 refuses table properties outside
+    the ``delta.*`` set, so commit info is the place; the sink itself reads the app transaction."""
     return {
-        "lakesync.operation": "full_load",
+        "lakesync.operation": "snapshot",
+        "lakesync.snapshot.position": position.key(),
+        "lakesync.snapshot.token": position.token(),
+        "lakesync.snapshot.gtid": position.gtid or "",
+        "lakesync.snapshot.ts_ms": ts_ms,
+        "lakesync.snapshot.mode": mode,
         "lakesync.table": table,
-        "lakesync.mode": mode,
-        "lakesync.position": position.key(),
-        "lakesync.position.token": position.token(),
-        "lakesync.position.gtid": position.gtid or "",
     }
 
 
@@ -467,21 +470,34 @@ class FullLoad:
 
     def _commit_parts(self, name: str, shape: TableShape, parts: Sequence[ChunkDone], position: SourcePosition,
                       *, mode: str) -> int:
-        """All of a table's files in one Delta commit that replaces whatever the table held."""
+        """All of a table's files in one Delta commit that replaces whatever the table held.
+
+        The commit carries the sink's snapshot app transaction (``snapshot_transaction(P)``), from which the
+        stream's MERGE drops changes at or before P up front; afterwards the table's tombstones are cleared,
+        as ``DeltaSink.write_snapshot`` does (old ones are covered by P or belong to an older position space).
+        """
         uri = self.pipeline.delta.table_uri(name)
         now_ms = int(time.time() * 1000)
         actions = [AddAction(part.path, part.size, {}, now_ms, True, part.stats) for part in parts]
         storage_options = self.pipeline.delta.storage_options or None
+        commit = CommitProperties(
+            app_transactions=[snapshot_transaction(position)],
+            custom_metadata=commit_metadata(position, table=name, mode=mode, ts_ms=now_ms),
+        )
         try:
             create_table_with_add_actions(
                 uri, Schema.from_arrow(delta_schema(shape.arrow_schema())), actions, mode="overwrite",
-                configuration=TABLE_CONFIGURATION, storage_options=storage_options,
-                commit_properties=CommitProperties(custom_metadata=commit_metadata(position, table=name, mode=mode)),
+                configuration=TABLE_CONFIGURATION, storage_options=storage_options, commit_properties=commit,
             )
-            return DeltaTable(uri, storage_options=storage_options).version()
+            version = DeltaTable(uri, storage_options=storage_options).version()
         except Exception as exc:
             raise SinkError(f"committing the {len(parts)} files of {name} to {uri} failed: {exc}",
                             hint="nothing was committed; run the load again") from exc
+        semantics = self.pipeline.tables.settings_for(name).semantics or (
+            "exactly_once" if shape.has_key else "append_log")
+        DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
+                  storage_options=storage_options).tombstones.clear()
+        return version
 
     def _finish(self, name: str, rows: int, version: int | None, position: SourcePosition, started: float
                 ) -> TableResult:

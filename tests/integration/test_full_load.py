@@ -22,6 +22,7 @@ from lakesync.errors import LakesyncError, SchemaChangeError, SourceError
 from lakesync.full_load import ChunkTask, FullLoad, ThreadChunkRunner
 from lakesync.load_state import ChunkDone, LoadState
 from lakesync.positions import SourcePosition
+from lakesync.sink.delta import DeltaSink
 
 pytestmark = pytest.mark.integration
 
@@ -124,8 +125,10 @@ def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) 
         table = DeltaTable(pipeline.delta.table_uri("numbers"))
         history = table.history()
         assert result.rows == 5000 and table.version() == result.delta_version
-        assert history[0]["lakesync.position"] == result.position.key()
-        assert history[0]["lakesync.mode"] == mode
+        assert history[0]["lakesync.snapshot.position"] == result.position.key()
+        assert history[0]["lakesync.snapshot.mode"] == mode
+        sink = DeltaSink(pipeline.delta.table_uri("numbers"), key_columns=["id"])
+        assert sink.snapshot_position() == result.position.key()  # the sink's snapshot floor
         assert table.to_pyarrow_table().num_rows == 5000
     assert len(table.history()) == 2  # two loads, two commits
 
