@@ -23,11 +23,13 @@ import pyarrow as pa
 
 from lakesync.config import Pipeline
 from lakesync.connections import kafka_client_config
-from lakesync.errors import ConfigError, LakesyncError
+from lakesync.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
+from lakesync.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.load_state import LoadState
-from lakesync.stream.decode import group_by_table, user_schema
+from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress
+from lakesync.stream.schema_changes import plan_schema_change
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class BatchApplier:
         self.pipeline = pipeline
         self.app_id = app_id
         self.by_topic = {t.topic: t for t in tables}
+        self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
         self.sinks = {
             t.name: DeltaSink(t.uri, key_columns=t.key_columns, semantics=t.semantics,  # type: ignore[arg-type]
                               storage_options=pipeline.delta.storage_options or None)
@@ -127,30 +130,63 @@ class BatchApplier:
         self.summary = StreamRunSummary()
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        records = batch_df.toArrow()
-        grouped = group_by_table(records, {topic: t.name for topic, t in self.by_topic.items()})
-        for table_name, table_changes in grouped.items():
-            if self.progress.tables.get(table_name) and self.progress.tables[table_name].stopped_reason:
+        batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
+                             schema_topic=self.schema_topic)
+        stop_at = self._apply_schema_changes(batch.schema_changes)
+        for table_name, table_changes in batch.tables.items():
+            if self._stopped(table_name):
                 continue
-            sink = self.sinks[table_name]
-            changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
-            if table_changes.new_columns:
-                log.warning("table %s: change events carry columns %s the Delta table lacks; waiting for the "
-                            "schema event to add them", table_name, sorted(table_changes.new_columns))
-            try:
-                sink.apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
-            except LakesyncError as exc:
-                log.error("table %s stopped: %s", table_name, exc)
-                self.progress.record(table_name, batch_id=batch_id, rows=0, position=None, source_ts_ms=None)
-                self.progress.tables[table_name].stopped_reason = str(exc)
-                continue
-            newest = max(table_changes.events, key=lambda event: event.position)
-            self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
-                                 position=newest.position.key(), source_ts_ms=newest.ts_ms)
-            self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
-            self.summary.changes += changes.num_rows
+            if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
+                table_changes.events = [e for e in table_changes.events if e.position.key() < stop_at[table_name][0]]
+            if table_changes.events:
+                self._apply(table_name, table_changes, batch_id)
+        for table_name, (_, reason) in stop_at.items():
+            self._stop(table_name, reason, batch_id)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+
+    def _stopped(self, table_name: str) -> bool:
+        progress = self.progress.tables.get(table_name)
+        return bool(progress and progress.stopped_reason)
+
+    def _stop(self, table_name: str, reason: str, batch_id: int) -> None:
+        log.error("table %s stopped: %s", table_name, reason)
+        self.progress.record(table_name, batch_id=batch_id, rows=0, position=None, source_ts_ms=None)
+        self.progress.tables[table_name].stopped_reason = reason
+
+    def _apply_schema_changes(self, events: list[SchemaChangeEvent]) -> dict[str, tuple[str, str]]:
+        """Add columns now; return, per table that must stop, (position key of the DDL, reason)."""
+        stop_at: dict[str, tuple[str, str]] = {}
+        handoff = {t.name: t.handoff_key for t in self.by_topic.values()}
+        for event in sorted(events, key=lambda e: e.position):
+            table = event.table
+            key = event.position.key()
+            if table not in self.sinks or self._stopped(table) or table in stop_at or key <= handoff[table]:
+                continue  # not streamed, already stopped, or already part of the full load's schema
+            action = plan_schema_change(event, user_schema(self.schemas[table]))
+            if action.stop_reason:
+                stop_at[table] = (key, action.stop_reason)
+            elif action.add:
+                self.sinks[table].add_columns(action.add)
+                self.schemas[table] = _delta_schema(self.sinks[table].table_uri, self.pipeline.delta.storage_options)
+                log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
+        return stop_at
+
+    def _apply(self, table_name: str, table_changes: TableChanges, batch_id: int) -> None:
+        changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
+        if table_changes.new_columns:
+            log.warning("table %s: change events carry columns %s the Delta table lacks (no schema event yet); "
+                        "they are not stored", table_name, sorted(table_changes.new_columns))
+        try:
+            self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
+        except SchemaChangeError as exc:
+            self._stop(table_name, str(exc), batch_id)
+            return
+        newest = max(table_changes.events, key=lambda event: event.position)
+        self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
+                             position=newest.position.key(), source_ts_ms=newest.ts_ms)
+        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
+        self.summary.changes += changes.num_rows
 
 
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
@@ -168,7 +204,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     fresh = not (checkpoint / "offsets").exists()
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     options = {f"kafka.{key}": value for key, value in client.items()}
-    options["subscribe"] = ",".join(t.topic for t in selected)
+    schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+    options["subscribe"] = ",".join([*(t.topic for t in selected), schema_topic])
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
@@ -176,7 +213,9 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         check_coverage(pipeline.name, {t.name: t.handoff_key for t in selected}, covered[0] if covered else None)
         consumer = offset_consumer(client)
         try:
-            offsets = starting_offsets(consumer, {t.topic: t.handoff_key for t in selected})
+            topic_keys = {t.topic: t.handoff_key for t in selected}
+            topic_keys[schema_topic] = min(t.handoff_key for t in selected)
+            offsets = starting_offsets(consumer, topic_keys)
         finally:
             consumer.close()
         options["startingOffsets"] = json.dumps(offsets)

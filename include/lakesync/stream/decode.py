@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from lakesync.envelope import ChangeEvent, decode
+from lakesync.envelope import ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
 from lakesync.types import arrow_value_from_json
 
 POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
@@ -56,22 +56,34 @@ class TableChanges:
         return pa.Table.from_arrays(arrays, names=names)
 
 
-def group_by_table(records: pa.Table, topic_tables: Mapping[str, str]) -> dict[str, TableChanges]:
-    """Decode a batch (Spark's Kafka columns as Arrow) and group the row changes by target table.
+@dataclass
+class DecodedBatch:
+    """One micro-batch: row changes grouped by table, and the schema changes, each in arrival order."""
 
-    ``topic_tables`` maps each topic to its table; records of other topics and events that are not row
-    changes (heartbeats, schema events) are left out here.
+    tables: dict[str, TableChanges] = field(default_factory=dict)
+    schema_changes: list[SchemaChangeEvent] = field(default_factory=list)
+
+
+def decode_batch(records: pa.Table, topic_tables: Mapping[str, str], schema_topic: str | None = None) -> DecodedBatch:
+    """Decode a batch (Spark's Kafka columns as Arrow).
+
+    ``topic_tables`` maps each table topic to its table; records of ``schema_topic`` are schema-change
+    events; records of other topics and events that are not row changes are left out.
     """
-    grouped: dict[str, TableChanges] = {}
+    batch = DecodedBatch()
     for topic, value, headers in _records(records):
+        if value is None:
+            continue  # a Kafka tombstone: compaction's delete marker, not a change
+        if topic == schema_topic:
+            batch.schema_changes.append(decode_schema_change(value, headers))
+            continue
         table = topic_tables.get(topic)
-        if table is None or value is None:
+        if table is None:
             continue
         event = decode(value, headers)
-        if event is None or event.op not in CHANGE_OPS:
-            continue
-        grouped.setdefault(table, TableChanges()).events.append(event)
-    return grouped
+        if event.op in CHANGE_OPS:
+            batch.tables.setdefault(table, TableChanges()).events.append(event)
+    return batch
 
 
 def _records(records: pa.Table) -> Iterable[tuple[str, bytes | None, list[tuple[str, bytes]]]]:
