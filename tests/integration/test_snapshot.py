@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from lakesync.connections import MySQLConnection
 from lakesync.errors import SourceError
 from lakesync.source.server_checks import current_position
-from lakesync.source.snapshot import open_snapshot
+from lakesync.source.snapshot import global_read_lock, open_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -87,14 +87,33 @@ def test_snapshots_agree_under_concurrent_writes(root, db, mariadb, fresh_databa
         writer.join()
 
 
-def test_global_read_lock_refused_says_to_use_chunked_mode(mariadb, db, fresh_database: str) -> None:
+def test_without_reload_mariadb_falls_back_to_one_lock_free_connection(mariadb, db, fresh_database: str) -> None:
     user, password = f"u{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     db.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
     try:
         db.execute(f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'127.0.0.1'")
         no_reload = MySQLConnection(mariadb.host, mariadb.port, user, SecretStr(password))
-        with pytest.raises(SourceError, match="FLUSH TABLES WITH READ LOCK") as error:
-            open_snapshot(no_reload, database=fresh_database, connections=2, lock_free_attempts=0)
-        assert "chunked" in (error.value.hint or "")
+        with open_snapshot(no_reload, database=fresh_database, connections=2, lock_free_attempts=0) as snapshot:
+            assert len(snapshot.connections) == 1 and "lock was refused" in snapshot.method
+            db.execute("INSERT INTO t (v) VALUES (1000)")
+            assert _count(snapshot.connections[0]) == 100
+            assert _snapshot_status(snapshot.connections[0]) == (snapshot.position.file, snapshot.position.offset)
+    finally:
+        db.execute(f"DROP USER '{user}'@'127.0.0.1'")
+
+
+def test_global_read_lock_refused_says_to_use_chunked_mode(mariadb, db) -> None:
+    user, password = f"u{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    db.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
+    try:
+        with mariadb.connect() as root, root.cursor() as cur:
+            cur.execute(f"GRANT SELECT ON *.* TO '{user}'@'127.0.0.1'")
+        conn = pymysql.connect(host=mariadb.host, port=mariadb.port, user=user, password=password)
+        try:
+            with pytest.raises(SourceError, match="FLUSH TABLES WITH READ LOCK") as error, global_read_lock(conn):
+                pass
+            assert "chunked" in (error.value.hint or "")
+        finally:
+            conn.close()
     finally:
         db.execute(f"DROP USER '{user}'@'127.0.0.1'")

@@ -15,8 +15,9 @@ change committed after P that the stream skips would be lost. How each server gi
 Several connections can share one snapshot, so that a table is read in parallel (mydumper's trick). On
 MariaDB each connection starts its own snapshot and they are accepted when all report the same binlog
 position (no transaction committed in between, so they see the same data); when writes keep slipping in
-between, the snapshots are started under a brief global read lock instead. The method used is logged and
-returned, so the load report says how P was obtained.
+between, the snapshots are started under a brief global read lock instead, and where that is refused the
+load reads on one connection. The method used is logged and returned, so the load report says how P was
+obtained.
 """
 
 from __future__ import annotations
@@ -175,16 +176,18 @@ def _open_mariadb(connection: MySQLConnection, database: str, conns: list[pymysq
         for conn in conns:
             conn.rollback()
     else:
-        control = connect(connection, database=database)
         try:
-            with global_read_lock(control):
-                positions = set()
-                for conn in conns:
-                    _start_transaction(conn)
-                    positions.add(_mariadb_snapshot_position(conn))
-        finally:
-            control.close()
-        method = "MariaDB binlog_snapshot status, snapshots started under FLUSH TABLES WITH READ LOCK"
+            positions = _mariadb_under_lock(connection, database, conns)
+            method = "MariaDB binlog_snapshot status, snapshots started under FLUSH TABLES WITH READ LOCK"
+        except SourceError as exc:
+            # No RELOAD: one connection always gets a consistent snapshot without a lock; read on that one.
+            log.warning("%s; reading on one connection instead of %d", exc.message, len(conns))
+            _close_all(conns[1:])
+            del conns[1:]
+            conns[0].rollback()
+            _start_transaction(conns[0])
+            positions = {_mariadb_snapshot_position(conns[0])}
+            method = "MariaDB binlog_snapshot status (no lock, one connection: the lock was refused)"
     ((file, offset),) = positions
     with conns[0].cursor() as cursor:
         cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, offset))
@@ -192,6 +195,22 @@ def _open_mariadb(connection: MySQLConnection, database: str, conns: list[pymysq
     position = SourcePosition(file, offset, 0, gtid)
     log.info("snapshot at %s via %s (%d connections)", position, method, len(conns))
     return Snapshot(position, method, conns)
+
+
+def _mariadb_under_lock(connection: MySQLConnection, database: str, conns: list[pymysql.connections.Connection]
+                        ) -> set[tuple[str, int]]:
+    for conn in conns:
+        conn.rollback()
+    control = connect(connection, database=database)
+    try:
+        with global_read_lock(control):
+            positions = set()
+            for conn in conns:
+                _start_transaction(conn)
+                positions.add(_mariadb_snapshot_position(conn))
+    finally:
+        control.close()
+    return positions
 
 
 def _open_mysql(connection: MySQLConnection, database: str, conns: list[pymysql.connections.Connection]
