@@ -1,82 +1,40 @@
-"""What the status view shows per pipeline table: applied position, lag, last full load, last validated settlement.
+"""The status view's data: :func:`lakesync.status.pipeline_status` plus each table's last settled interval.
 
-When the library offers ``lakesync.status.pipeline_status(pipeline)`` the view uses it; until then this
-module reads the same sources itself: the full load's ``full_load.json``, the stream's
-``stream_progress.json``, and the Delta tables (newest ``_lakesync_pos``, settlement commits in the history).
+The library gives applied position, lag, last full load and last validation per table; the settlement
+commits (found by their begin/end markers in the Delta history) add which interval was settled last.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import time
-from pathlib import Path
 from typing import Any
 
 from lakesync.config import Pipeline
-from lakesync.load_state import LoadState
-from lakesync.stream.progress import StreamProgress
-from lakesync_airflow.applied import delta_max_position
+from lakesync.settlement_windows import PROP_PREFIX
+from lakesync.status import pipeline_status as library_status
 
-SETTLEMENT_START = "lakesync.settlement.interval_start"
-
-
-def _delta_tables(pipeline: Pipeline) -> list[str]:
-    root = pipeline.delta.root
-    if "://" in root and not root.startswith("file://"):
-        return []
-    folder = Path(root.removeprefix("file://"))
-    return sorted(p.name for p in folder.glob("*") if (p / "_delta_log").is_dir()) if folder.is_dir() else []
+_START = f"{PROP_PREFIX}interval_start"
 
 
-def _last_settlement(pipeline: Pipeline, table: str) -> dict[str, Any] | None:
-    """The newest settlement commit of the table: the interval it settled (validated in the same task)."""
+def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> dict[str, Any] | None:
+    """The newest settlement commit among the table's last ``commits`` commits."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
         history = DeltaTable(pipeline.delta.table_uri(table),
-                             storage_options=pipeline.delta.storage_options or None).history(200)
+                             storage_options=pipeline.delta.storage_options or None).history(commits)
     except TableNotFoundError:
         return None
     for commit in history:  # newest first
-        if SETTLEMENT_START in commit:
-            return {"interval_start": commit[SETTLEMENT_START],
-                    "interval_end": commit.get("lakesync.settlement.interval_end"),
-                    "run": commit.get("lakesync.settlement.run"), "committed_ms": commit.get("timestamp"),
+        if _START in commit:
+            return {"interval_start": commit[_START], "interval_end": commit.get(f"{PROP_PREFIX}interval_end"),
+                    "run": commit.get(f"{PROP_PREFIX}run"), "committed_ms": commit.get("timestamp"),
                     "delta_version": commit.get("version")}
     return None
 
 
 def pipeline_status(pipeline: Pipeline) -> dict[str, Any]:
-    """``{"pipeline", "delta_root", "full_load": {...}, "tables": [{table, applied_position, lag_seconds, ...}]}``."""
-    if importlib.util.find_spec("lakesync.status") is not None:
-        from lakesync.status import pipeline_status as library_status
-
-        return library_status(pipeline)
-    load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
-    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables
-    names = sorted(set(load.tables) | set(progress) | set(_delta_tables(pipeline)))
-    now_ms = int(time.time() * 1000)
-    tables = []
-    for name in names:
-        loaded = load.tables.get(name)
-        streamed = progress.get(name)
-        positions = [k for k in (delta_max_position(pipeline, name), streamed and streamed.applied_position) if k]
-        tables.append({
-            "table": name,
-            "semantics": pipeline.tables.settings_for(name).semantics or "exactly_once",
-            "applied_position": max(positions) if positions else None,
-            "lag_seconds": streamed.lag_seconds(now_ms) if streamed else None,
-            "last_batch_ms": streamed.last_batch_at_ms if streamed else None,
-            "full_load": {"status": loaded.status, "rows": loaded.rows, "position": loaded.position_key,
-                          "finished_at": load.finished_at} if loaded else None,
-            "last_settlement": _last_settlement(pipeline, name),
-        })
-    return {
-        "pipeline": pipeline.name,
-        "source": f"{pipeline.source.conn_id}/{pipeline.source.database}",
-        "delta_root": pipeline.delta.root,
-        "full_load": {"position": load.position.key() if load.position else None, "mode": load.mode,
-                      "started_at": load.started_at, "finished_at": load.finished_at},
-        "tables": tables,
-    }
+    status = library_status(pipeline, relay=True, relay_timeout_s=2.0)
+    for row in status["tables"]:
+        row["last_settlement"] = last_settlement(pipeline, row["table"])
+    return status

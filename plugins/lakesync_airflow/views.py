@@ -49,15 +49,27 @@ def _lag(seconds: float | None) -> str | None:
     return None if seconds is None else f"{seconds:,.0f} s"
 
 
+def _applied(row: dict[str, Any]) -> str | None:
+    known = [k for k in ((row.get("stream") or {}).get("applied_position"), (row.get("delta") or {}).get("max_position"))
+             if k]
+    return max(known) if known else None
+
+
 def _table_row(row: dict[str, Any]) -> str:
     load = row.get("full_load") or {}
+    stream = row.get("stream") or {}
+    checked = row.get("last_validation") or {}
     settled = row.get("last_settlement") or {}
-    interval = f"{settled.get('interval_start', '')[:16]} → {(settled.get('interval_end') or '')[:16]}" if settled else None
-    return "<tr>" + "".join([
-        _cell(row.get("table")), _cell(row.get("semantics")), _cell(row.get("applied_position")),
-        _cell(_lag(row.get("lag_seconds"))), _cell(_when(row.get("last_batch_ms"))),
-        _cell(f"{load.get('status')} · {load.get('rows')} rows" if load else None), _cell(load.get("finished_at")),
-        _cell(interval), _cell(_when(settled.get("committed_ms"))),
+    interval = (f"{settled['interval_start'][:16]} → {(settled.get('interval_end') or '')[:16]} "
+                f"(run {settled.get('run')}, {_when(settled.get('committed_ms'))})") if settled else None
+    lag = _lag(stream.get("lag_seconds"))
+    return ("<tr class='lagging'>" if row.get("lagging") else "<tr>") + "".join([
+        _cell(row.get("table")), _cell(row.get("semantics")), _cell(_applied(row)), _cell(lag),
+        _cell(stream.get("last_batch_at")),
+        _cell(f"{load.get('status')}, {load.get('rows')} rows, {load.get('finished_at') or 'not finished'}"
+              if load else None),
+        _cell(f"{checked.get('status')} at {checked.get('finished_at')}" if checked else None),
+        _cell(interval),
     ]) + "</tr>"
 
 
@@ -69,21 +81,24 @@ def render(pipelines: list[dict[str, Any]]) -> str:
             sections.append(header + f"<pre class='error'>{html.escape(status['error'])}</pre>")
             continue
         load = status.get("full_load") or {}
-        meta = (f"<p>source <code>{html.escape(str(status.get('source')))}</code> · Delta "
+        meta = (f"<p>source database <code>{html.escape(str(status.get('database')))}</code> · Delta "
                 f"<code>{html.escape(str(status.get('delta_root')))}</code> · full load position "
                 f"<code>{html.escape(str(load.get('position') or '—'))}</code></p>")
-        rows = "".join(_table_row(row) for row in status["tables"]) or "<tr><td colspan=9>no tables yet</td></tr>"
+        relay = status.get("relay") or {}
+        meta += (f"<p>relay: {html.escape(str(relay.get('error') or relay.get('position') or 'not started'))}</p>"
+                 if "relay" in status else "")
+        rows = "".join(_table_row(row) for row in status["tables"]) or "<tr><td colspan=8>no tables yet</td></tr>"
         sections.append(
             header + meta + "<table><thead><tr><th>table</th><th>semantics</th><th>applied position</th>"
-            "<th>lag</th><th>last batch</th><th>full load</th><th>loaded at</th><th>last validated settlement</th>"
-            f"<th>settled at</th></tr></thead><tbody>{rows}</tbody></table>"
+            "<th>lag</th><th>last batch</th><th>last full load</th><th>last validation</th>"
+            f"<th>last settled interval</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     body = "".join(sections) or "<p>no pipeline files found</p>"
     return (
         "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='10'>"
         "<title>lakesync status</title><style>body{font-family:sans-serif;margin:1.5em}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
-        "th{background:#f3f3f3}.error{color:#a00}</style></head>"
+        "th{background:#f3f3f3}.error{color:#a00}.lagging{background:#fee}</style></head>"
         f"<body><h1>lakesync status</h1>{body}</body></html>"
     )
 
