@@ -273,6 +273,18 @@ def test_every_type_in_the_type_map_loads_equal_to_the_expected_value(make_pipel
         assert table.column(case.name).to_pylist() == expected, case.name
 
 
+def test_zero_dates_in_a_later_range_become_null_and_the_rest_loads(make_pipeline, db) -> None:
+    db.execute("SET SESSION sql_mode = ''")
+    db.execute("CREATE TABLE dated (id INT PRIMARY KEY, d DATE NOT NULL, t DATETIME(6))")
+    db.execute("INSERT INTO dated SELECT seq, DATE '2026-01-01' + INTERVAL seq DAY, NULL FROM seq_1_to_1000")
+    db.execute("UPDATE dated SET d = '0000-00-00', t = '2026-00-05 10:00:00' WHERE id = 950")
+    pipeline = make_pipeline(snapshot={"mode": "consistent", "chunk_rows": 100})
+    (result,) = FullLoad(pipeline).run()
+    rows = {row["id"]: row for row in _rows(pipeline, "dated")}
+    assert result.rows == 1000 and rows[950]["d"] is None and rows[950]["t"] is None
+    assert str(rows[949]["d"]) == "2028-08-07"
+
+
 # -- bad input -----------------------------------------------------------------------------------------------
 def test_unknown_table_is_named_with_the_tables_there(make_pipeline, db) -> None:
     _make_numbers(db, "numbers", 3)

@@ -8,8 +8,8 @@ DECIMAL, ENUM, VARCHAR, TEXT with NULLs, two DATETIME(6)) and measures, best of 
 (b) what a user would write by hand with Spark: a JDBC read (MariaDB Connector/J from Debian, 2 partitions
     by id) written to Delta. Spark has no Delta writer here (delta-spark comes from Maven), so the
     DataFrame goes to Arrow with ``toArrow()`` and delta-rs ``write_deltalake`` commits it;
-(c) lakesync's full load of the table into Delta (consistent mode, the default: one snapshot, exact
-    position, one commit).
+(c) lakesync's full load of the table into Delta (consistent mode by default: one snapshot, exact
+    position, one commit; ``--mode chunked`` measures the lock-free mode on a local thread pool).
 
 The targets: (c) >= 0.5x (a) and >= 2x (b). ``peak_rss_mb`` is this process's peak after (c), before
 Spark runs. Uses the embedded stack at ``$LAKESYNC_STATE_DIR`` when one is running there, else starts
@@ -82,9 +82,9 @@ def client_dump_seconds(stack: DevStack, database: str) -> float:
     return time.perf_counter() - began
 
 
-def lakesync_seconds(pipeline: Pipeline) -> float:
+def lakesync_seconds(pipeline: Pipeline, mode: str) -> float:
     began = time.perf_counter()
-    (result,) = FullLoad(pipeline, tables=[TABLE], restart=True).run()
+    (result,) = FullLoad(pipeline, tables=[TABLE], mode=mode, restart=True).run()
     elapsed = time.perf_counter() - began
     log.info("lakesync loaded %d rows in %.2f s", result.rows, elapsed)
     return elapsed
@@ -119,7 +119,8 @@ def _spark_session() -> object:
     return build_spark_session("lakesync-bench-snapshot-jdbc", extra_conf={"spark.jars": str(CONNECTOR_J)})
 
 
-def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path) -> SnapshotBenchResult:
+def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mode: str = "consistent"
+              ) -> SnapshotBenchResult:
     os.environ.update(stack.connection_env())
     database = f"bench_snapshot_{int(time.time())}"
     pipeline = parse_pipeline({
@@ -134,7 +135,7 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path) ->
     spark = None
     try:
         client = _best_of(rounds, lambda: client_dump_seconds(stack, database))
-        ours = _best_of(rounds, lambda: lakesync_seconds(pipeline))
+        ours = _best_of(rounds, lambda: lakesync_seconds(pipeline, mode))
         peak_rss = _peak_rss_mb()
         spark = _spark_session()
         jdbc = _best_of(rounds, lambda: spark_jdbc_seconds(spark, stack, database, rows,
@@ -174,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     with ExitStack() as cleanup:
         stack = _stack_from_env(cleanup)
         work_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="lakesync-bench-delta-")))
-        result = run_bench(stack, args.rows, rounds=args.rounds, work_dir=work_dir)
+        result = run_bench(stack, args.rows, rounds=args.rounds, work_dir=work_dir, mode=args.mode)
     if args.json:
         print(json.dumps(asdict(result)))
         return 0
@@ -199,5 +200,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"table rows (default {DEFAULT_ROWS:,})")
     parser.add_argument("--rounds", type=int, default=2,
                         help="measure each side this many times and keep the best (default 2)")
+    parser.add_argument("--mode", choices=("consistent", "chunked"), default="consistent",
+                        help="full-load mode measured as (c) (default consistent; chunked uses a thread pool here)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=_run)

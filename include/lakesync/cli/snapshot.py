@@ -81,8 +81,9 @@ def _run(args: argparse.Namespace) -> int:
 def summary_table(results: list[TableResult], *, mode: str) -> Table:
     table = Table(title=f"full load ({mode})")
     for column, justify in (("table", "left"), ("rows", "right"), ("seconds", "right"), ("rows/s", "right"),
-                            ("Delta version", "right"), ("position", "left")):
+                            ("Delta version", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_column("position", no_wrap=True)
     for result in results:
         table.add_row(
             result.table + (" (done earlier)" if result.skipped else ""), f"{result.rows:,}",
