@@ -85,3 +85,18 @@ def prepare_airflow_home(home: str | os.PathLike[str], *, connections: dict[str,
         )
     marker.write_text(f"{time.monotonic() - started:.2f}\n")
     return env
+
+
+def main() -> None:
+    """``eval "$(python -m lakesync.dev.airflow_home)"``: migrate the running stack's home, export its settings."""
+    import shlex
+
+    from lakesync.dev.stack import DevStack
+
+    stack = DevStack()
+    env = prepare_airflow_home(stack.airflow_home, connections=stack.connection_env())
+    print("\n".join(f"export {name}={shlex.quote(value)}" for name, value in env.items()))
+
+
+if __name__ == "__main__":
+    main()
