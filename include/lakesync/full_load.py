@@ -385,6 +385,15 @@ class FullLoad:
     def _chunk_rows(self, name: str) -> int:
         return self.pipeline.tables.settings_for(name).chunk_rows or self.pipeline.snapshot.chunk_rows
 
+    def _record_start(self, position: SourcePosition) -> None:
+        """Record, before reading, a position no later than any the load will tag rows with (including chunks
+        kept from an interrupted run), so a relay that starts while the load runs never starts too late."""
+        for entry in self.state.tables.values():
+            for chunk in entry.chunks_done:
+                self.state.record_position(position_from_json(chunk.position))
+        self.state.record_position(position)
+        self.state.save()
+
     def _progress(self, name: str, rows: int, total: int) -> None:
         if self.on_progress:
             self.on_progress(name, rows, total)
@@ -394,6 +403,7 @@ class FullLoad:
         assert self.connection is not None
         results = []
         with open_snapshot(self.connection, database=self.database, connections=self.connections) as snapshot:
+            self._record_start(snapshot.position)
             ts_ms = int(time.time() * 1000)
             for name in names:
                 results.append(self._load_consistent_table(snapshot, name, ts_ms))
@@ -515,6 +525,11 @@ class FullLoad:
     def _run_chunked(self, names: list[str]) -> list[TableResult]:
         assert self.connection is not None
         runner = self.chunk_runner or ThreadChunkRunner(self.connections)
+        conn = connect(self.connection, database=self.database)
+        try:
+            self._record_start(current_position(conn))
+        finally:
+            conn.close()
         results = []
         for name in names:
             started = time.monotonic()

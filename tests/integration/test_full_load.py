@@ -148,6 +148,7 @@ def test_interrupted_load_resumes_without_rereading_finished_tables(make_pipelin
         FullLoad(pipeline, on_progress=crash_in_t2).run()
     state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
     assert state.is_done("t1") and not state.is_done("t2")
+    assert state.position is not None and state.position.key() == state.tables["t1"].position_key
     assert not DeltaTable.is_deltatable(pipeline.delta.table_uri("t2"))  # nothing half-visible
 
     reads.clear()
@@ -189,6 +190,10 @@ def test_interrupted_chunked_table_resumes_its_missing_chunks(make_pipeline, db)
         FullLoad(pipeline, chunk_runner=first).run()
     assert len(first.tasks) == 10
     assert not DeltaTable.is_deltatable(pipeline.delta.table_uri("numbers"))
+    interrupted = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    # recorded before any read, so a relay starting now would not start after any chunk's position
+    assert interrupted.position is not None
+    assert all(interrupted.position.key() <= c.position_key for c in interrupted.tables["numbers"].chunks_done)
 
     second = _CountingRunner()
     (result,) = FullLoad(pipeline, chunk_runner=second).run()
