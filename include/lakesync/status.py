@@ -112,7 +112,7 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
             "delta": delta_summary(pipeline.delta.table_uri(name), storage),
             "last_validation": None if validation is None else {
                 key: validation[key] for key in ("run_id", "finished_at", "status", "source_rows", "delta_rows",
-                                                 "mismatched_keys", "in_flight_keys", "note")
+                                                 "mismatched_keys", "in_flight_keys", "stream_behind", "note")
             },
             "lagging": lag is not None and lag > pipeline.stream.lag_alert_seconds,
         })

@@ -69,6 +69,8 @@ DEFAULT_ROUNDS = 3
 _POLL_SECONDS = 0.25
 #: Server errors meaning "not allowed" (no RELOAD for FLUSH TABLES WITH READ LOCK, say).
 _LOCK_DENIED = {1044, 1142, 1227}
+#: 6: "Error on delete of '/tmp/#sql-temptable...'" (seen with servers sharing a tmpdir); 2006/2013: lost connection.
+_TRANSIENT_ERRORS = {6, 2006, 2013}
 
 ProgressCallback = Callable[[str, str], None]
 """``(table, what is happening)``: for the CLI's progress line."""
@@ -95,6 +97,8 @@ class TableComparison:
     rounds: int = 0
     #: keys whose Delta row is newer than the last snapshot: changed while we looked, not a mismatch
     in_flight_keys: int = 0
+    #: the last re-check ran after ``settle_timeout_s`` without the stream reaching the snapshot position
+    stream_behind: bool = False
     position: str | None = None
     error: str | None = None
     started_at: str | None = None
@@ -130,7 +134,9 @@ class TableComparison:
         parts = [f"{label}: {keys[:3]}" for label, keys in self.sample().items() if keys]
         counts = f"source {self.source_rows} rows, Delta {self.delta_rows} rows"
         detail = "; ".join(parts) or self.note
-        return f"{self.table}: {self.mismatched_keys} keys differ ({counts}; {detail})"
+        behind = ("; the stream's applied position had not reached the source snapshot when last compared "
+                  "(normal for a table with no later changes)") if self.stream_behind else ""
+        return f"{self.table}: {self.mismatched_keys} keys differ ({counts}; {detail}{behind})"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status, "matches": self.matches}
@@ -654,9 +660,7 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
             result.rounds += 1
             result.position = snapshot.position.key()
             ctx.say(table, f"round {result.rounds}: waiting for the stream to reach the source")
-            if not wait_for_stream(pipeline, table, snapshot.position.key(), deadline):
-                result.note = (f"the stream had not applied {table} up to the source position within "
-                               f"{ctx.settle_timeout_s:g}s; compared anyway")
+            result.stream_behind = not wait_for_stream(pipeline, table, snapshot.position.key(), deadline)
             delta.refresh()
         return result
     finally:
@@ -690,6 +694,34 @@ def _not_comparable(result: TableComparison, conn: Any, shape: TableShape, uri: 
     result.note = (f"append-only change log (no key): not comparable row for row; source {result.source_rows} "
                    f"rows, Delta {result.delta_rows} {counted}")
     return result
+
+
+def _transient(exc: BaseException) -> bool:
+    """A server hiccup worth one more try (a lost connection, a temporary file the server failed to
+    delete), as opposed to a missing table or privilege."""
+    cause = exc if isinstance(exc, pymysql.MySQLError) else exc.__cause__
+    return isinstance(cause, pymysql.err.InternalError | pymysql.err.OperationalError) and bool(cause.args) \
+        and cause.args[0] in _TRANSIENT_ERRORS
+
+
+def _validate_with_retry(ctx: _Context, table: str, snapshot: Callable[[], Any]) -> TableComparison:
+    """Validate one table, once more after a transient server error. Any failure becomes this table's
+    result (status ``error``): one unreadable table must not hide the others' results."""
+    try:
+        return validate_table(ctx, table, snapshot)
+    except Exception as exc:
+        if not _transient(exc):
+            return _failed(table, exc)
+        log.info("validating %s hit a transient server error, trying again: %s", table, exc)
+    try:
+        return validate_table(ctx, table, snapshot)
+    except Exception as exc:
+        return _failed(table, exc)
+
+
+def _failed(table: str, exc: Exception) -> TableComparison:
+    log.warning("validating %s failed: %s", table, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+    return TableComparison(table, 0, 0, error=str(exc), started_at=_utc_now(), finished_at=_utc_now())
 
 
 def _lock_free_snapshot(connection: Any, database: str) -> Any:
@@ -746,12 +778,7 @@ def validate_pipeline(pipeline: Pipeline, *, tables: Sequence[str] | None = None
 
     for table in tables:
         ctx.say(table, "reading")
-        try:
-            report.tables.append(validate_table(ctx, table, snapshot))
-        except Exception as exc:  # one unreadable table must not hide the others' results
-            log.warning("validating %s failed: %s", table, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            report.tables.append(TableComparison(table, 0, 0, error=str(exc), started_at=_utc_now(),
-                                                 finished_at=_utc_now()))
+        report.tables.append(_validate_with_retry(ctx, table, snapshot))
     report.finished_at = _utc_now()
     if store:
         from lakesync.validation_store import record_run
