@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -191,24 +191,28 @@ def _read_position(conn: Any) -> str:
 
 
 def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datetime, datetime]) -> pa.Table:
-    """Live Delta rows whose watermark is in the window, with the user columns only."""
+    """Delta rows (user columns) whose watermark is in the window, read with delta-rs's own scan.
+
+    The predicate lets delta-rs skip files by their statistics; delta-rs's reader also avoids the pyarrow
+    dataset reader's abort at interpreter exit (docs/sink.md)."""
     user = [column.name for column in source.columns]
     if table is None:
         return arrow_schema(source.columns).empty_table()
-    data = table.to_pyarrow_table(columns=[*user, *([OP] if OP in _column_names(table) else [])])
-    wm_type = data.schema.field(source.watermark.name).type
-    low, high = (pa.scalar(_as_type(b, wm_type), type=wm_type) for b in bounds)
-    wm = data[source.watermark.name]
-    keep = pc.and_(pc.greater_equal(wm, low), pc.less(wm, high))
-    if OP in data.column_names:
-        keep = pc.and_(keep, pc.invert(pc.fill_null(pc.equal(data[OP], "d"), False)))
-    return data.filter(keep).select(user)
+    wm_type = pa.schema(table.schema().to_arrow()).field(source.watermark.name).type
+    low, high = (_timestamp_literal(bound, wm_type) for bound in bounds)
+    wm = quote_delta(source.watermark.name)
+    return _read(table, user, f"{wm} >= {low} AND {wm} < {high}").cast(arrow_schema(source.columns))
 
 
-def _as_type(bound: datetime, arrow_type: pa.DataType) -> datetime:
-    if isinstance(arrow_type, pa.TimestampType) and arrow_type.tz:
-        return bound.replace(tzinfo=UTC)
-    return bound
+def _read(table: DeltaTable, columns: list[str], predicate: str | None = None) -> pa.Table:
+    return pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
+
+
+def _timestamp_literal(bound: datetime, arrow_type: pa.DataType) -> str:
+    """A DataFusion timestamp literal for ``bound``: UTC for zoned columns, wall clock for naive ones."""
+    text = bound.isoformat(sep=" ", timespec="microseconds")
+    zoned = isinstance(arrow_type, pa.TimestampType) and arrow_type.tz
+    return f"TIMESTAMP '{text}Z'" if zoned else f"TIMESTAMP '{text}'"
 
 
 def _differences(source_rows: pa.Table, delta_rows: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
@@ -233,10 +237,6 @@ def _differences(source_rows: pa.Table, delta_rows: pa.Table, key: list[str]) ->
     upserts = joined.filter(pc.and_(in_source, pc.invert(same))).select(columns)
     gone = joined.filter(pc.and_(in_delta, pc.invert(in_source))).select(key)
     return upserts.cast(source_rows.schema), gone
-
-
-def _column_names(table: DeltaTable) -> list[str]:
-    return pa.schema(table.schema().to_arrow()).names
 
 
 def _open_delta(uri: str, storage_options: dict[str, str]) -> DeltaTable | None:
@@ -372,9 +372,11 @@ def _existing_keys(delta: DeltaTable | None, keys: pa.Table, key: list[str]) -> 
     """How many of ``keys`` already have a live row in Delta (to tell updates from inserts)."""
     if delta is None or keys.num_rows == 0:
         return 0
-    target = delta.to_pyarrow_table(columns=key)
-    return keys.join(target.append_column("__hit", pa.array([True] * target.num_rows)), keys=key,
-                     join_type="inner").num_rows
+    wanted = keys.select(key)
+    return sum(
+        pa.Table.from_batches([batch]).cast(wanted.schema).join(wanted, keys=key, join_type="left semi").num_rows
+        for batch in pa.RecordBatchReader.from_stream(delta.scan(columns=key))
+    )
 
 
 def validate_interval(pipeline: Pipeline, table: str, *, interval_start: datetime, interval_end: datetime,
