@@ -359,3 +359,16 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
     (settled,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=5, rounds=2).tables
     assert settled.status == "equal" and settled.in_flight_keys == 0, settled.describe()
     print("\nbusy-source rounds:", [(r.rounds, r.chunks_mismatched, r.in_flight_keys) for r in results])
+
+
+def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipeline):
+    rows = delta_rows(pipeline, CODES)
+    write_deltalake(pipeline.delta.table_uri(CODES), rows.append_column("dropped at source", pa.array([1] * rows.num_rows)),
+                    mode="overwrite", schema_mode="overwrite")
+    (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
+    assert result.status == "equal" and "dropped at source" in result.note
+
+    write_deltalake(pipeline.delta.table_uri(CODES), rows.drop_columns(["label"]), mode="overwrite",
+                    schema_mode="overwrite")
+    (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
+    assert result.status == "mismatch" and "label" in result.note
