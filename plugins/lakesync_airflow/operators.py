@@ -198,7 +198,11 @@ class SettleIntervalOperator(BaseOperator):
 
 
 class MaintenanceOperator(BaseOperator):
-    """OPTIMIZE (compact small files), purge expired tombstones, VACUUM, and report, for each Delta table."""
+    """OPTIMIZE (compact small files), purge expired tombstones, VACUUM, and report, for each Delta table.
+
+    Tombstones live in the sink's side table (``lakesync.sink.tombstones``); those of deletes older than
+    ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
+    be recognised as stale: keep the retention above the Kafka retention and the worst stream lag."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -209,38 +213,28 @@ class MaintenanceOperator(BaseOperator):
         from pathlib import Path
 
         from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
+
+        from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 
         pipeline = LakesyncHook(self.pipeline).pipeline
         root = pipeline.delta.root
         if "://" in root and not root.startswith("file://"):
             raise ConfigError(f"maintenance lists tables of local Delta roots only; {root} is remote",
                               hint="run OPTIMIZE/VACUUM with your object store's tooling for now")
-        reports = []
+        options = pipeline.delta.storage_options or None
         cutoff_ms = int((time.time() - pipeline.stream.tombstone_retention_hours * 3600) * 1000)
+        reports = []
         for folder in sorted(p for p in Path(root.removeprefix("file://")).glob("*") if (p / "_delta_log").is_dir()):
-            try:
-                table = DeltaTable(str(folder), storage_options=pipeline.delta.storage_options or None)
-            except TableNotFoundError:
-                continue
+            table = DeltaTable(str(folder), storage_options=options)
             compacted = table.optimize.compact()
-            purged = self._purge_tombstones(table, cutoff_ms)
+            purged = TombstoneStore(tombstone_uri(str(folder)), key_columns=[], storage_options=options).purge(
+                cutoff_ms)
             vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
                                     enforce_retention_duration=False)
             report = {"table": folder.name, "version": table.version(),
+                      "files_added_by_optimize": compacted.get("numFilesAdded", 0),
                       "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
                       "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}
             self.log.info("%s", report)
             reports.append(report)
         return reports
-
-    @staticmethod
-    def _purge_tombstones(table: Any, cutoff_ms: int) -> int:
-        """Delete tombstone rows (``_lakesync_op = 'd'``) older than the retention horizon, if the table keeps any."""
-        import pyarrow as pa
-
-        names = pa.schema(table.schema().to_arrow()).names
-        if "_lakesync_op" not in names or "_lakesync_ts_ms" not in names:
-            return 0
-        metrics = table.delete(f"_lakesync_op = 'd' AND _lakesync_ts_ms < {cutoff_ms}")
-        return int(metrics.get("num_deleted_rows", 0))

@@ -100,3 +100,15 @@ def test_three_day_backfill_lands_each_day_once(airflow, settle_pipeline, mariad
     assert [(c["lakesync.settlement.interval_start"][:10], c["lakesync.settlement.inserted"]) for c in commits] == [
         ("2026-11-17", "3"), ("2026-11-18", "5"), ("2026-11-19", "7")]
     assert _scan(str(table), ["id"]).num_rows == 15
+
+
+def test_maintenance_dag_compacts_the_settled_table_and_keeps_its_rows(airflow, settle_pipeline, mariadb,
+                                                                       fresh_database):
+    _book_days(mariadb, fresh_database, {"2026-11-17": 3, "2026-11-18": 5, "2026-11-19": 7})
+    airflow.dag_test(DAG_ID, "2026-11-18T02:00:00+00:00", "2026-11-19T02:00:00+00:00", "2026-11-20T02:00:00+00:00")
+    table = settle_pipeline[1] / "transactions"
+    files_before = len(DeltaTable(str(table)).file_uris())
+    (run,) = airflow.dag_test("lakesync_settle_maintenance", "2026-11-22T00:00:00+00:00")
+    assert run["state"] == "success", run
+    assert len(DeltaTable(str(table)).file_uris()) < files_before
+    assert _scan(str(table), ["id"]).num_rows == 15
