@@ -455,22 +455,28 @@ class FullLoad:
         for conn in snapshot.connections:
             cursors.put(conn.cursor())
 
-        def read_and_write(key_range: KeyRange) -> ChunkDone:
+        @contextmanager
+        def borrow() -> Iterator[Any]:
             cursor = cursors.get()
             try:
-                with _read_errors(shape.name):
-                    table = reader.read_range(cursor, key_range)
+                yield cursor
             finally:
                 cursors.put(cursor)
+
+        def read_and_write(key_range: KeyRange) -> ChunkDone:
+            with _read_errors(shape.name):
+                table = reader.read_range_with(borrow, key_range)
             return write([table], key_range.chunk_id)
 
-        window = len(snapshot.connections) + 1
-        with ThreadPoolExecutor(len(snapshot.connections), thread_name_prefix="lakesync-read") as pool:
+        # One thread per connection; a thread holds its cursor only while the server answers. (Twice as many
+        # threads as connections, to keep the server busy while text is parsed, measured no faster here.)
+        workers = len(snapshot.connections)
+        with ThreadPoolExecutor(workers, thread_name_prefix="lakesync-read") as pool:
             inflight: list[Future[ChunkDone]] = []
             try:
                 for key_range in ranges:
                     inflight.append(pool.submit(read_and_write, key_range))
-                    if len(inflight) >= window:
+                    if len(inflight) > workers:
                         yield inflight.pop(0).result()
                 while inflight:
                     yield inflight.pop(0).result()

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -289,9 +290,16 @@ class RangeReader:
 
     def read_range(self, cursor: pymysql.cursors.Cursor, key_range: KeyRange) -> pa.Table:
         """One key range, in one statement (so it is consistent on its own, even outside a snapshot)."""
+        return self.read_range_with(lambda: nullcontext(cursor), key_range)
+
+    def read_range_with(self, borrow: Callable[[], AbstractContextManager[pymysql.cursors.Cursor]],
+                        key_range: KeyRange) -> pa.Table:
+        """Like :meth:`read_range`, holding a cursor from ``borrow()`` only while the server answers, so that
+        with more threads than connections the server is kept busy while the text is parsed."""
         while True:
             guarded = self._guarded
-            count, text = self._query(cursor, self.range_sql(key_range))
+            with borrow() as cursor:
+                count, text = self._query(cursor, self.range_sql(key_range))
             try:
                 table = self.parse(text or b"")
                 break
