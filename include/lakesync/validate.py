@@ -64,6 +64,8 @@ FETCH_ROWS = 50_000
 SAMPLE_KEYS = 10
 #: Rows per chunk unless the pipeline says otherwise (``snapshot.chunk_rows`` caps it too).
 DEFAULT_CHUNK_ROWS = 100_000
+#: Rows per side the key comparison holds in memory at once: suspect chunks are compared in groups.
+DIFF_ROWS = 500_000
 DEFAULT_SETTLE_TIMEOUT_S = 30.0
 DEFAULT_ROUNDS = 3
 _POLL_SECONDS = 0.25
@@ -299,6 +301,30 @@ class _Diff:
         result.different = _key_dicts(self.different, SAMPLE_KEYS)
         result.mismatched_keys = self.count
         result.in_flight_keys = self.in_flight
+
+
+@dataclass
+class _Findings:
+    """Key-level differences gathered over groups of chunks: counts, samples, and the chunks to re-check."""
+
+    missing: list[dict] = field(default_factory=list)
+    extra: list[dict] = field(default_factory=list)
+    different: list[dict] = field(default_factory=list)
+    count: int = 0
+    in_flight: int = 0
+    recheck: set[int] = field(default_factory=set)
+
+    def add(self, diff: _Diff, plan: ChunkPlan, key_schema: pa.Schema) -> None:
+        for sample, keys in ((self.missing, diff.missing), (self.extra, diff.extra),
+                             (self.different, diff.different)):
+            sample.extend(_key_dicts(keys, SAMPLE_KEYS - len(sample)))
+        self.count += diff.count
+        self.in_flight += diff.in_flight
+        self.recheck.update(int(c) for c in plan.chunk_ids(conform(diff.recheck, key_schema)))
+
+    def fill(self, result: TableComparison) -> None:
+        result.missing_in_delta, result.extra_in_delta, result.different = self.missing, self.extra, self.different
+        result.mismatched_keys, result.in_flight_keys = self.count, self.in_flight
 
 
 def _diff(source: pa.Table, delta: pa.Table, schema: pa.Schema, key_columns: list[str], *,
@@ -647,17 +673,22 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
                     if source_digests.get(c) != delta_digests.get(c)}
         result.chunks_mismatched = len(suspects)
         key_schema = pa.schema([source.schema.field(name) for name in shape.key_columns])
+        group_size = max(1, DIFF_ROWS // chunk_rows)
         while suspects:
             ctx.say(table, f"round {result.rounds}: {len(suspects)} chunks differ, comparing keys")
-            source_rows = _concat(source.batches(suspects), source.schema)
-            delta_rows = _concat(delta.batches(suspects), delta.schema)
-            delta_rows = pa.concat_tables([delta_rows, delta.tombstones(source_rows.select(shape.key_columns))])
-            diff = _diff(source_rows, delta_rows, source.schema, list(shape.key_columns),
-                         snapshot_key=snapshot.position.key())
-            diff.fill(result)
-            if diff.recheck.num_rows == 0 or result.rounds >= ctx.rounds:
+            findings = _Findings()
+            ordered = sorted(suspects)
+            for start in range(0, len(ordered), group_size):
+                group = set(ordered[start:start + group_size])
+                source_rows = _concat(source.batches(group), source.schema)
+                delta_rows = _concat(delta.batches(group), delta.schema)
+                delta_rows = pa.concat_tables([delta_rows, delta.tombstones(source_rows.select(shape.key_columns))])
+                findings.add(_diff(source_rows, delta_rows, source.schema, list(shape.key_columns),
+                                   snapshot_key=snapshot.position.key()), plan, key_schema)
+            findings.fill(result)
+            if not findings.recheck or result.rounds >= ctx.rounds:
                 break
-            suspects = {int(c) for c in plan.chunk_ids(conform(diff.recheck, key_schema))}
+            suspects = findings.recheck
             snapshot.close()
             snapshot = open_snapshot_fn()
             source.conn = snapshot.connections[0]

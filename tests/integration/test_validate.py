@@ -372,3 +372,15 @@ def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipel
                     schema_mode="overwrite")
     (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
     assert result.status == "mismatch" and "label" in result.note
+
+
+def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypatch):
+    import lakesync.validate
+
+    monkeypatch.setattr(lakesync.validate, "DIFF_ROWS", 30)  # one 25-row chunk per group
+    rows = delta_rows(pipeline, LEDGER)
+    gone = [3, 30, 60, 90, 119]
+    rewrite_delta(pipeline, LEDGER, rows.filter(pc.invert(pc.is_in(rows[ID], pa.array(gone, rows.schema.field(ID).type)))))
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=1).tables
+    assert result.chunks_mismatched == 5 and result.mismatched_keys == 5
+    assert sorted(key[ID] for key in result.missing_in_delta) == gone
