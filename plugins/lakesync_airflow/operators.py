@@ -13,7 +13,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator, Context
 
-from lakesync.errors import ConfigError, ValidationMismatch
+from lakesync.errors import ConfigError
 from lakesync_airflow.assets import emit_table_assets
 from lakesync_airflow.hooks import LakesyncHook
 
@@ -129,40 +129,24 @@ class HandoffOperator(BaseOperator):
 
 
 class ValidateTablesOperator(BaseOperator):
-    """Compare source and Delta table by table (counts, row fingerprints, differing keys)."""
+    """Compare source and Delta table by table (``lakesync.validate.validate_pipeline``: counts, row
+    fingerprints, differing keys, tolerant of changes still in flight) and record the run for the status view.
+
+    The validation library resolves the source from the ``AIRFLOW_CONN_*`` environment, not through the hook."""
 
     def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
 
-    def execute(self, context: Context) -> list[str]:
-        from lakesync.load_state import LoadState
-        from lakesync.source.schema import read_key_columns
-        from lakesync.validate import compare_tables, read_delta_table, read_source_table
+    def execute(self, context: Context) -> dict[str, Any]:
+        from lakesync.validate import validate_pipeline
 
-        hook = LakesyncHook(self.pipeline)
-        pipeline = hook.pipeline
-        tables = _selected_tables(context) or sorted(LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables)
-        reports, failed = [], []
-        with hook.source_connection() as conn:
-            for table in tables:
-                key = pipeline.tables.settings_for(table).key_columns or read_key_columns(
-                    conn, pipeline.source.database, table)
-                comparison = compare_tables(
-                    table, read_source_table(conn, pipeline.source.database, table),
-                    read_delta_table(pipeline.delta.table_uri(table),
-                                     storage_options=pipeline.delta.storage_options or None),
-                    list(key),
-                )
-                reports.append(comparison.describe())
-                if not comparison.matches:
-                    failed.append(table)
-        for line in reports:
-            self.log.info("%s", line)
-        if failed:
-            raise ValidationMismatch(f"source and Delta differ for {', '.join(failed)}:\n" + "\n".join(reports),
-                                     hint="re-run the stream; if it persists, re-run the full load of those tables")
-        return reports
+        report = validate_pipeline(LakesyncHook(self.pipeline).pipeline, tables=_selected_tables(context) or None,
+                                   store=True)
+        for table in report.tables:
+            self.log.info("%s", table.describe())
+        report.raise_for_mismatch()
+        return report.to_json()
 
 
 class SettleIntervalOperator(BaseOperator):
