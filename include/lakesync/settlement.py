@@ -43,7 +43,7 @@ from lakesync.settlement_windows import PROP_PREFIX, SettlementWindow, app_id, s
 from lakesync.sink.changes import OP, POS, TS, drop_superseded
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.source.schema import read_key_columns, read_table_columns
-from lakesync.source.server_checks import current_position
+from lakesync.source.server_checks import current_position, server_variables
 from lakesync.types import (
     ColumnSpec,
     arrow_schema,
@@ -183,11 +183,13 @@ def _source_bounds(source: _Source, window: SettlementWindow, pipeline: Pipeline
 
 
 def _read_position(conn: Any) -> str:
-    """The binlog position before the read, or the smallest key when the source has no binlog."""
-    try:
-        return current_position(conn).key()
-    except SourceError:
+    """The binlog position before the read, or the smallest key when the source has no binlog at all.
+
+    Only a server with ``log_bin`` off gets the smallest key: on a server with a binlog, failing to read the
+    position is an error, because repairs tagged with the smallest key would never win over streamed rows."""
+    if server_variables(conn, ("log_bin",)).get("log_bin", "OFF").upper() not in ("ON", "1"):
         return MIN_KEY
+    return current_position(conn).key()
 
 
 def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datetime, datetime]) -> pa.Table:
