@@ -288,12 +288,13 @@ class _Diff:
     extra: pa.Table
     different: pa.Table
     in_flight: int
-    #: the keys to look at again next round: the differing ones and the ones in flight
-    recheck: pa.Table
 
     @property
     def count(self) -> int:
         return self.missing.num_rows + self.extra.num_rows + self.different.num_rows
+
+    def keys(self) -> pa.Table:
+        return pa.concat_tables([self.missing, self.extra, self.different])
 
     def fill(self, result: TableComparison) -> None:
         result.missing_in_delta = _key_dicts(self.missing, SAMPLE_KEYS)
@@ -305,7 +306,8 @@ class _Diff:
 
 @dataclass
 class _Findings:
-    """Key-level differences gathered over groups of chunks: counts, samples, and the chunks to re-check."""
+    """Key-level differences gathered over groups of chunks: counts, samples, and the chunks that hold the
+    differing keys (re-checked next round; keys in flight are explained by their positions and are not)."""
 
     missing: list[dict] = field(default_factory=list)
     extra: list[dict] = field(default_factory=list)
@@ -320,7 +322,7 @@ class _Findings:
             sample.extend(_key_dicts(keys, SAMPLE_KEYS - len(sample)))
         self.count += diff.count
         self.in_flight += diff.in_flight
-        self.recheck.update(int(c) for c in plan.chunk_ids(conform(diff.recheck, key_schema)))
+        self.recheck.update(int(c) for c in plan.chunk_ids(conform(diff.keys(), key_schema)))
 
     def fill(self, result: TableComparison) -> None:
         result.missing_in_delta, result.extra_in_delta, result.different = self.missing, self.extra, self.different
@@ -353,7 +355,6 @@ def _diff(source: pa.Table, delta: pa.Table, schema: pa.Schema, key_columns: lis
     extra = settled[settled["_merge"] == "right_only"]
     both = settled[settled["_merge"] == "both"]
     different = both[(both["h_s"] != both["h_d"]) | both["k"].isin(duplicated)]
-    flying = merged[merged["flight"]]
 
     def keys_of(frame: pd.DataFrame, side: str) -> pa.Table:
         rows = frame[side].astype("int64").to_numpy()
@@ -361,9 +362,7 @@ def _diff(source: pa.Table, delta: pa.Table, schema: pa.Schema, key_columns: lis
         return table.cast(key_schema)
 
     missing_keys, extra_keys, different_keys = keys_of(missing, "i"), keys_of(extra, "j"), keys_of(different, "i")
-    recheck = [missing_keys, extra_keys, different_keys, keys_of(flying[flying["i"].notna()], "i"),
-               keys_of(flying[flying["i"].isna()], "j")]
-    return _Diff(missing_keys, extra_keys, different_keys, len(flying), pa.concat_tables(recheck))
+    return _Diff(missing_keys, extra_keys, different_keys, int(merged["flight"].sum()))
 
 
 # -- chunking ---------------------------------------------------------------------------------------------------

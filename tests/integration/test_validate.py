@@ -348,7 +348,7 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
         thread.start()
     try:
         time.sleep(1.0)
-        results = [validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=10, rounds=4).tables[0]
+        results = [validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=10).tables[0]
                    for _ in range(2)]
     finally:
         stop.set()

@@ -144,7 +144,7 @@ def test_rows_changed_after_the_snapshot_are_in_flight_not_different():
                            ["r", "u", "r", "d"])
     diff = _diff(source, delta, source.schema, ["id"], snapshot_key=snapshot)
     assert diff.count == 0 and diff.in_flight == 2
-    assert sorted(diff.recheck["id"].to_pylist()) == [2, 4]
+    assert diff.keys().num_rows == 0
 
 
 def test_an_old_tombstone_for_a_live_source_row_is_a_missing_row():
