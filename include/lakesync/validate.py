@@ -12,15 +12,19 @@ How a table is checked (:func:`validate_pipeline`):
    Fingerprinting Arrow values rather than server-side ``CRC32(CONCAT_WS(...))`` text is deliberate: the
    server's text of a FLOAT, a TIMESTAMP or a DECIMAL can't be reproduced robustly from Delta's values,
    while both sides already meet in the type map's Arrow form. Memory stays at one chunk (or one batch).
-3. **Keys.** Only chunks whose checksums differ are read again, row by row, and joined on the key: keys
-   missing in Delta, extra in Delta, or different.
+3. **Keys.** Only chunks whose checksums differ are read again, row by row, in groups of at most
+   :data:`DIFF_ROWS` rows per side, and joined on the key: keys missing in Delta, extra in Delta, or
+   different. The sink's tombstones (its side table, :mod:`lakesync.sink.tombstones`) count as deletes.
 4. **No crying wolf.** The source is read inside a consistent snapshot whose binlog position P is known.
-   A Delta row (or tombstone) whose ``_lakesync_pos`` is after P was changed after the snapshot: it is
-   "in flight", not a mismatch. Keys that still differ are re-checked in later rounds: each round opens a
-   new snapshot, waits (bounded by ``settle_timeout_s`` over the whole table) until the stream's applied
-   position for the table has reached it, and re-reads only the chunks that held differing keys. What still
-   differs after the last round is reported, with a sample of keys, and the run raises
-   :class:`~lakesync.errors.ValidationMismatch` (exit code 3) through :meth:`ValidationReport.raise_for_mismatch`.
+   A Delta row or tombstone whose ``_lakesync_pos`` is after P was changed after the snapshot: it is
+   "in flight", explained by its position, not a mismatch. Keys that still differ are re-checked in later
+   rounds: each round opens a new snapshot, waits (bounded by ``settle_timeout_s`` over the whole table)
+   until the stream's applied position for the table has reached it, and re-reads only the chunks that held
+   differing keys. What still differs after the last round is reported, with a sample of keys, and the run
+   raises :class:`~lakesync.errors.ValidationMismatch` (exit code 3) through
+   :meth:`ValidationReport.raise_for_mismatch`. The applied position of a table with no change after P
+   never reaches P, so a real difference in a quiet table costs the whole ``settle_timeout_s`` and is
+   flagged ``stream_behind``.
 
 Tables with an append-only change log (no key) are not comparable row for row and are reported as such.
 """
