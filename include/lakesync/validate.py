@@ -606,9 +606,17 @@ def delta_max_position(uri: str, storage_options: dict[str, str] | None = None) 
     return pc.max(actions[column]).as_py()
 
 
+def stopped_reason(pipeline: Pipeline, table: str) -> str | None:
+    """Why the stream stopped applying ``table`` (a schema change it can't follow...), or None."""
+    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
+    return progress.stopped_reason if progress else None
+
+
 def wait_for_stream(pipeline: Pipeline, table: str, position_key: str, deadline: float) -> bool:
     """Poll until the stream has applied ``table`` up to ``position_key`` or the monotonic ``deadline``
-    passes; True when it got there."""
+    passes; True when it got there. Returns False at once when the stream has stopped the table."""
+    if stopped_reason(pipeline, table):
+        return False
     while True:
         applied = applied_position(pipeline, table)
         if applied is not None and applied >= position_key:
@@ -699,6 +707,8 @@ def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any
             result.position = snapshot.position.key()
             ctx.say(table, f"round {result.rounds}: waiting for the stream to reach the source")
             result.stream_behind = not wait_for_stream(pipeline, table, snapshot.position.key(), deadline)
+            if reason := stopped_reason(pipeline, table):
+                result.note = f"the stream stopped applying {table}: {reason}"
             delta.refresh()
         return result
     finally:

@@ -384,3 +384,17 @@ def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypa
     (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=1).tables
     assert result.chunks_mismatched == 5 and result.mismatched_keys == 5
     assert sorted(key[ID] for key in result.missing_in_delta) == gone
+
+
+def test_a_table_the_stream_stopped_is_reported_without_waiting_and_says_why(pipeline):
+    progress = StreamProgress()
+    progress.record(LEDGER, batch_id=1, rows=0, position=None, source_ts_ms=None)
+    progress.tables[LEDGER].stopped_reason = "unsupported DDL: ALTER TABLE ... DROP PRIMARY KEY"
+    progress.save(pipeline.pipeline_state_dir)
+    rows = delta_rows(pipeline, LEDGER)
+    rewrite_delta(pipeline, LEDGER, rows.filter(pc.not_equal(rows[ID], 50)))
+    started = time.monotonic()
+    (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=30, rounds=3).tables
+    assert time.monotonic() - started < 10
+    assert result.missing_in_delta == [{ID: 50}] and result.stream_behind
+    assert "DROP PRIMARY KEY" in result.note
