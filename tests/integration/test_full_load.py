@@ -258,6 +258,38 @@ def test_composite_and_missing_keys_load_every_row_once(make_pipeline, db) -> No
         assert messages == sorted(f'line, "{n}"\n' for n in range(1, 251))
 
 
+TRICKY_TEXT = ["plain", "", "NULL", "=x", "a,b", 'say "hi"', "line\nbreak", "cr\r", "\r\n", "\nlead",
+               "unit\x1fsep", "tab\tand\\slash", "nul\x00byte", "Überweisung 銀行 🙂", None]
+
+
+@pytest.mark.parametrize("first_or_last", ["first", "last"])
+def test_text_with_separators_line_breaks_and_null_markers_loads_exactly(make_pipeline, db, first_or_last: str) -> None:
+    """Every awkward value, in the first and in the last column, in a table read in several ranges."""
+    columns = "(t TEXT NULL, id INT PRIMARY KEY, n VARCHAR(20) NOT NULL)" if first_or_last == "first" \
+        else "(id INT PRIMARY KEY, n VARCHAR(20) NOT NULL, t TEXT NULL)"
+    db.execute(f"CREATE TABLE tricky {columns}")
+    rows = [(i, f"n{i}", TRICKY_TEXT[i % len(TRICKY_TEXT)]) for i in range(1, 601)]
+    db.executemany("INSERT INTO tricky (id, n, t) VALUES (%s, %s, %s)", rows)
+    pipeline = make_pipeline(snapshot={"mode": "consistent", "chunk_rows": 100})
+    FullLoad(pipeline).run()
+    loaded = sorted((row["id"], row["n"], row["t"]) for row in _rows(pipeline, "tricky"))
+    assert loaded == rows
+
+
+@pytest.mark.parametrize("value", TRICKY_TEXT, ids=repr)
+def test_one_awkward_value_in_an_otherwise_clean_table_is_noticed_and_loaded_exactly(make_pipeline, db,
+                                                                                     value: str | None) -> None:
+    """Clean ranges go in the fast, unquoted form; the range with the value must not load it wrong."""
+    db.execute("CREATE TABLE mixed (id INT PRIMARY KEY, a VARCHAR(40) NULL, b TEXT NULL)")
+    db.execute("INSERT INTO mixed SELECT seq, CONCAT('a', seq), CONCAT('b', seq) FROM seq_1_to_400")
+    db.execute("UPDATE mixed SET b = %s WHERE id = 150", (value,))
+    db.execute("UPDATE mixed SET a = %s WHERE id = 250", (value,))
+    pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 100})
+    FullLoad(pipeline).run()
+    db.execute("SELECT id, a, b FROM mixed ORDER BY id")
+    assert sorted((row["id"], row["a"], row["b"]) for row in _rows(pipeline, "mixed")) == list(db.fetchall())
+
+
 # -- types ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["consistent", "chunked"])
 def test_every_type_in_the_type_map_loads_equal_to_the_expected_value(make_pipeline, db, mode: str) -> None:
