@@ -99,8 +99,9 @@ def run_cli(*args: str) -> int:
     return main(["validate", "--pipeline", "checks", "--settle-timeout", "1", *args])
 
 
-def test_identical_tables_pass_with_exit_code_0(pipeline, capsys):
-    assert run_cli("--json") == 0
+@pytest.mark.parametrize("reader", [[], ["--fast-read"]], ids=["plain-read", "fast-read"])
+def test_identical_tables_pass_with_exit_code_0(pipeline, capsys, reader):
+    assert run_cli("--json", *reader) == 0
     report = json.loads(capsys.readouterr().out)
     by_table = {t["table"]: t for t in report["tables"]}
     assert by_table[LEDGER]["status"] == "equal"

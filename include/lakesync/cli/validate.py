@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                         help=f"comparisons of differing keys before they count as a mismatch (default {DEFAULT_ROUNDS})")
     parser.add_argument("--chunk-rows", type=int, help="rows per checksum chunk (default: min(100000, snapshot.chunk_rows))")
+    parser.add_argument("--fast-read", action="store_true",
+                        help="read the source with the full load's fast reader (about 3x faster, but not "
+                             "independent of the code that loaded the data)")
     parser.add_argument("--no-store", action="store_true", help="don't record the run in the validation-runs table")
     parser.set_defaults(func=run)
 
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     with console.status("validating...") as status:
         report = validate_pipeline(
             pipeline, tables=tables, settle_timeout_s=args.settle_timeout, rounds=args.rounds,
-            chunk_rows=args.chunk_rows, store=not args.no_store,
+            chunk_rows=args.chunk_rows, fast_read=args.fast_read, store=not args.no_store,
             progress=lambda table, what: status.update(f"validate {table}: {what}"),
         )
     if args.json:
