@@ -663,7 +663,7 @@ def _semantics(pipeline: Pipeline, table: str, key_columns: Sequence[str]) -> st
     return configured or ("exactly_once" if key_columns else "append_log")
 
 
-def validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any]) -> TableComparison:
+def _validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any]) -> TableComparison:
     """Compare one table (see the module docstring for the rounds)."""
     pipeline = ctx.pipeline
     uri = pipeline.delta.table_uri(table)
@@ -775,13 +775,13 @@ def _validate_with_retry(ctx: _Context, table: str, snapshot: Callable[[], Any])
     """Validate one table, once more after a transient server error. Any failure becomes this table's
     result (status ``error``): one unreadable table must not hide the others' results."""
     try:
-        return validate_table(ctx, table, snapshot)
+        return _validate_table(ctx, table, snapshot)
     except Exception as exc:
         if not _transient(exc):
             return _failed(table, exc)
         log.info("validating %s hit a transient server error, trying again: %s", table, exc)
     try:
-        return validate_table(ctx, table, snapshot)
+        return _validate_table(ctx, table, snapshot)
     except Exception as exc:
         return _failed(table, exc)
 
