@@ -16,7 +16,8 @@ _START = f"{PROP_PREFIX}interval_start"
 
 
 def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> dict[str, Any] | None:
-    """The newest settlement commit among the table's last ``commits`` commits."""
+    """The latest settled interval (by interval, not by commit time: backfills settle old days late) among
+    the table's last ``commits`` commits."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -25,12 +26,13 @@ def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> di
                              storage_options=pipeline.delta.storage_options or None).history(commits)
     except TableNotFoundError:
         return None
-    for commit in history:  # newest first
-        if _START in commit:
-            return {"interval_start": commit[_START], "interval_end": commit.get(f"{PROP_PREFIX}interval_end"),
-                    "run": commit.get(f"{PROP_PREFIX}run"), "committed_ms": commit.get("timestamp"),
-                    "delta_version": commit.get("version")}
-    return None
+    settled = [commit for commit in history if _START in commit]
+    if not settled:
+        return None
+    commit = max(settled, key=lambda c: (c[_START], c.get("version", 0)))
+    return {"interval_start": commit[_START], "interval_end": commit.get(f"{PROP_PREFIX}interval_end"),
+            "run": commit.get(f"{PROP_PREFIX}run"), "committed_ms": commit.get("timestamp"),
+            "delta_version": commit.get("version")}
 
 
 def pipeline_status(pipeline: Pipeline) -> dict[str, Any]:

@@ -169,4 +169,4 @@ def test_status_view_in_headless_chromium_shows_the_pipeline_tables(live):
     dom = done.stdout
     assert "pipeline live" in dom, done.stderr[-2000:]
     assert "<td>transactions</td>" in dom
-    assert "last settled interval" in dom and "2026-11-19T02:00" in dom
+    assert "last settled interval" in dom and "(run 1," in dom
