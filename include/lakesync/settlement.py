@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
 from lakesync.config import Pipeline
@@ -365,8 +365,12 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
     )
     try:
         result.delta_version = _commit(uri, pipeline, delta, changes, source.key, position, properties)
-    except OSError as exc:
-        raise SinkError(f"settlement commit to {uri} failed: {exc}") from exc
+    except (OSError, DeltaError) as exc:
+        raise SinkError(
+            f"settlement commit of {table} interval {window.label} to {uri} failed; nothing was committed: {exc}",
+            hint="re-run the task: a concurrent writer (the stream) may have committed first; the re-run "
+                 "compares again and commits only what still differs",
+        ) from exc
     return result
 
 
