@@ -172,3 +172,28 @@ def test_composite_char_key_table_is_settled_and_repaired(pipeline, mariadb, fre
     rows = _scan(balances.delta.table_uri("daily_balances"), ["account_no", "closing_balance"]).to_pylist()
     assert sorted((r["account_no"], str(r["closing_balance"])) for r in rows) == [
         ("AC0000000001", "10.00"), ("AC0000000002", "25.00")]
+
+
+def test_streamed_table_loaded_by_the_sink_is_compared_and_repaired_not_reloaded(pipeline, mariadb,
+                                                                                  fresh_database):
+    from lakesync.sink.delta import DeltaSink
+    from lakesync.source.server_checks import current_position
+    from lakesync.validate import read_source_table
+
+    _book(mariadb, fresh_database, [(i, f"{i}.00", "2026-11-19 12:00:00") for i in range(1, 21)])
+    uri = pipeline.delta.table_uri("transactions")
+    with mariadb.connect() as conn:
+        position = current_position(conn)
+        rows = read_source_table(conn, fresh_database, "transactions")
+    DeltaSink(uri, key_columns=["id"]).write_snapshot(rows.to_batches(), schema=rows.schema, position=position,
+                                                      snapshot_ts_ms=0)
+    with mariadb.connect() as conn, conn.cursor() as cur:  # changes the stream "missed"
+        cur.execute(f"UPDATE `{fresh_database}`.transactions SET amount = 99.00, updated_at = updated_at "
+                    "WHERE id IN (4, 5)")
+    loaded_version = DeltaTable(uri).version()
+    repair = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
+    assert (repair.source_rows, repair.updated, repair.inserted, repair.deleted) == (20, 2, 0, 0)
+    assert DeltaTable(uri).version() == loaded_version + 1  # one commit, touching the two differing rows
+    assert dict(_rows(pipeline))[4] == "99.00"
+    assert validate_interval(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)[
+        "differing"] == 0
