@@ -70,6 +70,7 @@ TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
 #: Rows per batch when a table without a key is streamed whole, and batches per file (consistent mode).
 KEYLESS_BATCH_ROWS = 100_000
 KEYLESS_FILE_BATCHES = 10
+READ_THREADS_PER_CONNECTION = 2
 ProgressCallback = Callable[[str, int, int], None]
 """``(table, rows read so far, estimated total rows)``, called as chunks arrive."""
 
@@ -468,9 +469,9 @@ class FullLoad:
                 table = reader.read_range_with(borrow, key_range)
             return write([table], key_range.chunk_id)
 
-        # One thread per connection; a thread holds its cursor only while the server answers. (Twice as many
-        # threads as connections, to keep the server busy while text is parsed, measured no faster here.)
-        workers = len(snapshot.connections)
+        # A thread holds its cursor only while the server answers, so with more threads than connections
+        # the server formats the next range while the last one is parsed and encoded.
+        workers = READ_THREADS_PER_CONNECTION * len(snapshot.connections)
         with ThreadPoolExecutor(workers, thread_name_prefix="lakesync-read") as pool:
             inflight: list[Future[ChunkDone]] = []
             try:

@@ -31,6 +31,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.demo.database import create_demo_database, seed_transactions
@@ -56,47 +59,73 @@ class SnapshotBenchResult:
     lakesync_seconds: float
     client_dump_seconds: float
     spark_jdbc_seconds: float
+    #: CPU seconds (server + client side) of each measured run: unlike rows/s, not moved by other work on
+    #: a shared machine.
+    lakesync_cpu_s: float
+    client_dump_cpu_s: float
+    spark_jdbc_cpu_s: float
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _best_of(rounds: int, measure: Callable[[], float]) -> float:
+@dataclass(frozen=True)
+class _Run:
+    seconds: float
+    cpu_seconds: float
+
+
+def _cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def _measured(work: Callable[[], None], pids: list[int]) -> _Run:
+    """Wall time of ``work`` and the CPU it cost: this process, its finished children, and ``pids``."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before, others_before = time.process_time(), _cpu_of(pids)
+    began = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    cpu = time.process_time() - cpu_before + _cpu_of(pids) - others_before + child_cpu
+    return _Run(seconds, cpu)
+
+
+def _best_of(rounds: int, measure: Callable[[], _Run]) -> _Run:
     """The fastest of ``rounds`` runs: the machine is shared, and the best run is the least disturbed."""
-    return min(measure() for _ in range(rounds))
+    return min((measure() for _ in range(rounds)), key=lambda run: run.seconds)
 
 
-def client_dump_seconds(stack: DevStack, database: str) -> float:
+def client_dump(stack: DevStack, database: str) -> None:
     client = shutil.which("mariadb") or shutil.which("mysql")
     if client is None:
         raise StackError("the mariadb client is not installed", hint="sudo apt-get install -y mariadb-client")
     settings = stack.settings
     env = {**os.environ, "MYSQL_PWD": settings.root_password}  # not on the command line, where ps shows it
-    began = time.perf_counter()
     subprocess.run(
         [client, "--quick", "--batch", "-h", "127.0.0.1", "-P", str(settings.mariadb_port), "-u", "root",
          "-e", f"SELECT * FROM `{database}`.`{TABLE}`"],
         stdout=subprocess.DEVNULL, env=env, check=True,
     )
-    return time.perf_counter() - began
 
 
-def lakesync_seconds(pipeline: Pipeline, mode: str) -> float:
-    began = time.perf_counter()
+def lakesync_load(pipeline: Pipeline, mode: str) -> None:
     (result,) = FullLoad(pipeline, tables=[TABLE], mode=mode, restart=True).run()
-    elapsed = time.perf_counter() - began
-    log.info("lakesync loaded %d rows in %.2f s", result.rows, elapsed)
-    return elapsed
+    log.info("lakesync loaded %d rows", result.rows)
 
 
-def spark_jdbc_seconds(spark: object, stack: DevStack, database: str, rows: int, delta_uri: str) -> float:
+def spark_jdbc_to_delta(spark: Any, stack: DevStack, database: str, rows: int, delta_uri: str) -> None:
     from deltalake import write_deltalake
 
     settings = stack.settings
-    began = time.perf_counter()
     frame = (
-        spark.read.format("jdbc")  # type: ignore[attr-defined]
+        spark.read.format("jdbc")
         # The mysql scheme makes Spark use its MySQL dialect (backtick quoting); Connector/J 2.x takes it
         # with permitMysqlScheme. Under jdbc:mariadb: Spark quotes columns with '"' and reads literals.
         .option("url", f"jdbc:mysql://127.0.0.1:{settings.mariadb_port}/{database}?permitMysqlScheme")
@@ -107,10 +136,9 @@ def spark_jdbc_seconds(spark: object, stack: DevStack, database: str, rows: int,
         .load()
     )
     write_deltalake(delta_uri, frame.toArrow(), mode="overwrite")
-    return time.perf_counter() - began
 
 
-def _spark_session() -> object:
+def _spark_session() -> Any:
     from lakesync.spark_session import build_spark_session
 
     if not CONNECTOR_J.exists():
@@ -132,30 +160,36 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mo
         log.info("building %d rows in %s.%s", rows, database, TABLE)
         create_demo_database(root, database)
         seed_transactions(root, database, rows=rows)
+    server = [stack.mariadb.pid() or 0]
     spark = None
     try:
-        client = _best_of(rounds, lambda: client_dump_seconds(stack, database))
-        ours = _best_of(rounds, lambda: lakesync_seconds(pipeline, mode))
+        client = _best_of(rounds, lambda: _measured(lambda: client_dump(stack, database), server))
+        ours = _best_of(rounds, lambda: _measured(lambda: lakesync_load(pipeline, mode), server))
         peak_rss = _peak_rss_mb()
         spark = _spark_session()
-        jdbc = _best_of(rounds, lambda: spark_jdbc_seconds(spark, stack, database, rows,
-                                                           str(work_dir / "spark_jdbc" / TABLE)))
+        jvm = [spark.sparkContext._gateway.proc.pid]
+        target = str(work_dir / "spark_jdbc" / TABLE)
+        jdbc = _best_of(rounds, lambda: _measured(
+            lambda: spark_jdbc_to_delta(spark, stack, database, rows, target), server + jvm))
     finally:
         if spark is not None:
-            spark.stop()  # type: ignore[attr-defined]
+            spark.stop()
         with stack.mariadb.connect() as root, root.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
     return SnapshotBenchResult(
         rows=rows,
-        lakesync_rows_per_s=round(rows / ours, 1),
-        client_dump_rows_per_s=round(rows / client, 1),
-        spark_jdbc_rows_per_s=round(rows / jdbc, 1),
-        ratio_vs_client_dump=round(client / ours, 3),
-        ratio_vs_spark_jdbc=round(jdbc / ours, 3),
+        lakesync_rows_per_s=round(rows / ours.seconds, 1),
+        client_dump_rows_per_s=round(rows / client.seconds, 1),
+        spark_jdbc_rows_per_s=round(rows / jdbc.seconds, 1),
+        ratio_vs_client_dump=round(client.seconds / ours.seconds, 3),
+        ratio_vs_spark_jdbc=round(jdbc.seconds / ours.seconds, 3),
         peak_rss_mb=round(peak_rss, 1),
-        lakesync_seconds=round(ours, 3),
-        client_dump_seconds=round(client, 3),
-        spark_jdbc_seconds=round(jdbc, 3),
+        lakesync_seconds=round(ours.seconds, 3),
+        client_dump_seconds=round(client.seconds, 3),
+        spark_jdbc_seconds=round(jdbc.seconds, 3),
+        lakesync_cpu_s=round(ours.cpu_seconds, 3),
+        client_dump_cpu_s=round(client.cpu_seconds, 3),
+        spark_jdbc_cpu_s=round(jdbc.cpu_seconds, 3),
     )
 
 
@@ -188,6 +222,8 @@ def _run(args: argparse.Namespace) -> int:
           f"({result.lakesync_seconds:.2f} s)")
     print(f"c/a (target >= 0.5):          {result.ratio_vs_client_dump:.2f}")
     print(f"c/b (target >= 2):            {result.ratio_vs_spark_jdbc:.2f}")
+    print(f"CPU s (server + client) a/b/c: {result.client_dump_cpu_s:.2f} / {result.spark_jdbc_cpu_s:.2f} / "
+          f"{result.lakesync_cpu_s:.2f}")
     print(f"peak RSS (after c):           {result.peak_rss_mb:.0f} MB")
     return 0
 

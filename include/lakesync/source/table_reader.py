@@ -55,7 +55,7 @@ NUMBER_TYPES = INTEGER_TYPES | {"decimal", "numeric", "float", "double", "real"}
 RAW_BYTES_TYPES = BINARY_TYPES | {"bit", "geometry", "point", "linestring", "polygon", "multipoint",
                                   "multilinestring", "multipolygon", "geometrycollection", "geomcollection"}
 #: Upper bound for the text of one read; the server's max_allowed_packet may lower it.
-MAX_TEXT_BYTES = 16 * 1024 * 1024
+MAX_TEXT_BYTES = 8 * 1024 * 1024
 _NULL = "NULL"
 _END_FIELD = "_lakesync_end_of_line"
 _TMP_FILE_RETRIES = 3
