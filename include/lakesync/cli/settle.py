@@ -66,10 +66,12 @@ def _run(args: argparse.Namespace) -> int:
     if not intervals:
         raise ConfigError(f"no whole interval of schedule {pipeline.settlement.schedule!r} lies in the range",
                           hint="widen --from/--to to cover at least one scheduled interval")
-    console = Console()
+    console, progress = Console(), Console(stderr=True)
     report = Table("interval", "table", "source rows", "inserted", "updated", "deleted", "commit", "run")
-    for start, end in intervals:
-        for result in settle_pipeline(pipeline, tables, interval_start=start, interval_end=end):
+    for number, (start, end) in enumerate(intervals, 1):
+        with progress.status(f"settling interval {number}/{len(intervals)}: {start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M}"):
+            results = settle_pipeline(pipeline, tables, interval_start=start, interval_end=end)
+        for result in results:
             report.add_row(result.interval, result.table, f"{result.source_rows:,}", str(result.inserted),
                            str(result.updated), str(result.deleted),
                            "—" if result.delta_version is None else f"v{result.delta_version}", str(result.run))
