@@ -282,7 +282,7 @@ class DeltaSink:
         # is not on the target) and the tombstones are already there; the reverse order could lose them.
         self.tombstones.record(plan.deletes, app_id=app_id, batch_version=batch_version)
         upserts = drop_superseded(plan.upserts, self.tombstones.matching(plan.upserts), self.key_columns)
-        merged = pa.concat_tables([upserts, plan.deletes])
+        merged = pa.concat_tables([upserts, self._present(plan.deletes)])
         version_before = table.version()
         metrics: dict[str, Any] = {}
         if merged.num_rows:
@@ -300,6 +300,26 @@ class DeltaSink:
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
             table_version=table.version(),
         )
+
+    def _present(self, deletes: pa.Table) -> pa.Table:
+        """The deletes whose key the table holds.
+
+        With the change data feed on, delta-rs 1.6 turns a MERGE source row that no clause applies to (a delete
+        of a key the table doesn't have, e.g. a row inserted and deleted between two batches) into an all-null
+        change row that fails the table's NOT NULL check, failing the whole MERGE. Such deletes change nothing
+        in the table (their tombstones are recorded separately), so they are left out of the MERGE.
+        """
+        if deletes.num_rows == 0:
+            return deletes
+        predicate = None
+        if len(self.key_columns) == 1 and pa.types.is_integer(deletes.schema.field(self.key_columns[0]).type):
+            keys = deletes.column(self.key_columns[0])
+            bounds = pc.min_max(keys)
+            predicate = (f"{quote(self.key_columns[0])} >= {bounds['min'].as_py()} AND "
+                         f"{quote(self.key_columns[0])} <= {bounds['max'].as_py()}")
+        existing = self.scan(columns=self.key_columns, predicate=predicate).read_all()
+        existing = existing.cast(pa.schema([deletes.schema.field(name) for name in self.key_columns]))
+        return deletes.join(existing, keys=self.key_columns, join_type="left semi")
 
     def _execute_merge(self, table: DeltaTable, source: pa.Table, commit: CommitProperties) -> dict[str, Any]:
         """One MERGE for the whole batch; every clause is guarded by "source position is newer"."""
