@@ -97,9 +97,9 @@ def _measured(work: Callable[[], None], pids: list[int]) -> _Run:
     return _Run(seconds, cpu)
 
 
-def _best_of(rounds: int, measure: Callable[[], _Run]) -> _Run:
-    """The fastest of ``rounds`` runs: the machine is shared, and the best run is the least disturbed."""
-    return min((measure() for _ in range(rounds)), key=lambda run: run.seconds)
+def _fastest(runs: list[_Run]) -> _Run:
+    """The machine is shared: the fastest run is the least disturbed one."""
+    return min(runs, key=lambda run: run.seconds)
 
 
 def client_dump(stack: DevStack, database: str) -> None:
@@ -163,14 +163,17 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mo
     server = [stack.mariadb.pid() or 0]
     spark = None
     try:
-        client = _best_of(rounds, lambda: _measured(lambda: client_dump(stack, database), server))
-        ours = _best_of(rounds, lambda: _measured(lambda: lakesync_load(pipeline, mode), server))
+        client_runs, our_runs = [], []
+        for _ in range(rounds):  # interleaved, so a busy moment on the machine hits both sides alike
+            client_runs.append(_measured(lambda: client_dump(stack, database), server))
+            our_runs.append(_measured(lambda: lakesync_load(pipeline, mode), server))
+        client, ours = _fastest(client_runs), _fastest(our_runs)
         peak_rss = _peak_rss_mb()
         spark = _spark_session()
         jvm = [spark.sparkContext._gateway.proc.pid]
         target = str(work_dir / "spark_jdbc" / TABLE)
-        jdbc = _best_of(rounds, lambda: _measured(
-            lambda: spark_jdbc_to_delta(spark, stack, database, rows, target), server + jvm))
+        jdbc = _fastest([_measured(lambda: spark_jdbc_to_delta(spark, stack, database, rows, target), server + jvm)
+                         for _ in range(rounds)])
     finally:
         if spark is not None:
             spark.stop()
