@@ -514,6 +514,8 @@ class FullLoad:
             "exactly_once" if shape.has_key else "append_log")
         DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
                   storage_options=storage_options).tombstones.clear()
+        # The stream merges by this key; the state file is where it reads it (delta-rs refuses custom properties).
+        self.state.table(name).key_columns = list(shape.key_columns) if shape.has_key else []
         return version
 
     def _finish(self, name: str, rows: int, version: int | None, position: SourcePosition, started: float

@@ -67,6 +67,8 @@ class TableLoad:
     position: dict[str, Any] | None = None
     mode: str | None = None
     seconds: float | None = None
+    #: The key the table was loaded with (empty for a table without one): the stream merges by it.
+    key_columns: list[str] = field(default_factory=list)
     #: chunked mode: the key ranges planned at the first attempt (kept, so a resumed load cuts the same way)
     ranges: list[dict[str, Any]] = field(default_factory=list)
     chunks_done: list[ChunkDone] = field(default_factory=list)

@@ -55,6 +55,10 @@ class MariaDBServer:
         return self.home / "mariadb.log"
 
     @property
+    def tmpdir(self) -> Path:
+        return self.home / "tmp"
+
+    @property
     def pid_file(self) -> Path:
         return self.home / "mariadb.pid"
 
@@ -78,6 +82,8 @@ class MariaDBServer:
             "--user=root",
             f"--datadir={self.datadir}",
             f"--socket={self.socket}",
+            # Its own temp folder: servers sharing /tmp delete each other's temporary tables at start-up.
+            f"--tmpdir={self.tmpdir}",
             f"--pid-file={self.pid_file}",
             f"--bind-address={self.host}",
             f"--port={self.port}",
@@ -130,6 +136,7 @@ class MariaDBServer:
             return
         ensure_port_free(self.host, self.port, "MariaDB")
         self.initialise()
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         spawn(self.server_args(), log_file=self.log_file)
         wait_until(self._accepts_root, timeout=timeout, what="MariaDB", log_file=self.log_file)
         self._secure_root()

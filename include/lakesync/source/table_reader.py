@@ -381,7 +381,8 @@ class RangeReader:
             return values
         if plan.convert == "cast":
             return pc.cast(values, plan.target.type)
-        raw = [None if hexed is None else bytes.fromhex(hexed) for hexed in values.to_pylist()]
+        # The fast form can't parse strings as null, so a NULL arrives as the marker text (never valid hex).
+        raw = [None if hexed is None or hexed == _NULL else bytes.fromhex(hexed) for hexed in values.to_pylist()]
         if plan.convert == "unhex":
             return pa.chunked_array([pa.array(raw, type=plan.target.type)])
         converted = [None if value is None else types.arrow_value_from_json(

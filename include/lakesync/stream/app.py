@@ -34,8 +34,6 @@ from lakesync.stream.schema_changes import plan_schema_change
 log = logging.getLogger(__name__)
 
 STREAM_ID_FILE = "lakesync_stream_id"
-#: Delta table property where the full load records the source key (JSON list of column names).
-KEY_COLUMNS_PROPERTY = "lakesync.key_columns"
 
 
 @dataclass(frozen=True)
@@ -68,14 +66,6 @@ def stream_id(checkpoint: Path) -> str:
     return id_file.read_text().strip()
 
 
-def table_key_columns(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
-    """The key the full load recorded in the Delta table's configuration (``lakesync.key_columns``)."""
-    from deltalake import DeltaTable
-
-    configuration = DeltaTable(uri, storage_options=storage_options or None).metadata().configuration
-    return json.loads(configuration.get(KEY_COLUMNS_PROPERTY, "[]"))
-
-
 def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> list[StreamedTable]:
     """The tables whose full load finished: only those can be streamed (they have a handoff position)."""
     state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
@@ -87,7 +77,7 @@ def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> lis
             continue
         uri = pipeline.delta.table_uri(name)
         settings = pipeline.tables.settings_for(name)
-        key_columns = list(settings.key_columns or table_key_columns(uri, pipeline.delta.storage_options))
+        key_columns = list(settings.key_columns or table_state.key_columns)
         tables.append(StreamedTable(
             name=name,
             topic=pipeline.topic(name),
