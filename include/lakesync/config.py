@@ -85,6 +85,8 @@ class Kafka(_Strict):
     def _one_way_to_reach_the_broker(self) -> Kafka:
         if not (self.conn_id or self.bootstrap_servers):
             raise ValueError("set either conn_id or bootstrap_servers")
+        if self.conn_id and self.bootstrap_servers:
+            raise ValueError("set conn_id or bootstrap_servers, not both (which broker is meant is ambiguous)")
         return self
 
 
