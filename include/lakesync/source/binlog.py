@@ -54,6 +54,8 @@ from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
 _FL_STANDALONE = 0x01
 _MISSING_BINLOG_ERRORS = (1236,)  # ER_MASTER_FATAL_ERROR_READING_BINLOG: file purged or position invalid
+#: Access denied on the replication connection: the user logged in for the checks, so it lacks the grant.
+_NO_REPLICATION_GRANT = (1045, 1227)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +383,12 @@ class BinlogSource:
                 raise BinlogPurgedError(
                     f"the source cannot stream from {self._start.token()}: {exc.args[1] if len(exc.args) > 1 else exc}",
                     hint="the binlog was purged or the position is not an event boundary; re-run the full load",
+                ) from exc
+            if code in _NO_REPLICATION_GRANT:
+                raise SourceError(
+                    f"the source refused to stream its binlog to {self._connection.get('user')!r}: "
+                    f"{exc.args[-1]} (the user needs the REPLICATION SLAVE privilege)",
+                    hint="GRANT REPLICATION SLAVE ON *.* TO the lakesync user (docs/security.md lists every grant)",
                 ) from exc
             raise SourceError(f"lost the binlog stream: {exc}", hint="check the source server; the relay "
                               "resumes from its stored progress when restarted") from exc

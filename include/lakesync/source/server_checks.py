@@ -42,6 +42,21 @@ def _query_all(conn: Any, sql: str) -> list[tuple[Any, ...]]:
         return list(cur.fetchall())
 
 
+def _monitor_query(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    """A binlog-status statement; access denied becomes a :class:`SourceError` that names the grant."""
+    try:
+        return _query_all(conn, sql)
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] in _ACCESS_DENIED:
+            raise SourceError(
+                f"the source refused {sql.split(' WHERE')[0]!r}: {exc.args[-1]} (lakesync reads binlog "
+                "positions with it and needs the REPLICATION CLIENT privilege, shown as BINLOG MONITOR in MariaDB)",
+                hint="GRANT REPLICATION CLIENT ON *.* TO the lakesync user (MariaDB: GRANT BINLOG MONITOR); "
+                "docs/security.md lists every grant",
+            ) from exc
+        raise
+
+
 def server_variables(conn: Any, names: tuple[str, ...]) -> dict[str, str]:
     """Global values of ``names`` (lower-case keys); a variable the server lacks is absent."""
     placeholders = ", ".join(f"'{name}'" for name in names)
@@ -80,9 +95,9 @@ def check_binlog_settings(
 def current_position(conn: Any) -> SourcePosition:
     """Where the binlog ends now (the next transaction starts here), with the executed GTID set."""
     try:
-        rows = _query_all(conn, "SHOW BINARY LOG STATUS")
+        rows = _monitor_query(conn, "SHOW BINARY LOG STATUS")
     except pymysql.err.ProgrammingError:
-        rows = _query_all(conn, "SHOW MASTER STATUS")
+        rows = _monitor_query(conn, "SHOW MASTER STATUS")
     if not rows:
         raise SourceError(
             "SHOW MASTER STATUS returned nothing: binary logging is off or the user lacks REPLICATION CLIENT",
@@ -96,7 +111,7 @@ def current_position(conn: Any) -> SourcePosition:
 
 def binary_logs(conn: Any) -> list[tuple[str, int]]:
     """``SHOW BINARY LOGS``: (file, size) of every binlog file still on the server, oldest first."""
-    return [(str(row[0]), int(row[1])) for row in _query_all(conn, "SHOW BINARY LOGS")]
+    return [(str(row[0]), int(row[1])) for row in _monitor_query(conn, "SHOW BINARY LOGS")]
 
 
 def check_position_available(conn: Any, position: SourcePosition) -> None:
