@@ -61,9 +61,24 @@ def stream_id(checkpoint: Path) -> str:
     """The id of the stream that owns ``checkpoint`` (created with it)."""
     checkpoint.mkdir(parents=True, exist_ok=True)
     id_file = checkpoint / STREAM_ID_FILE
-    if not id_file.exists():
-        id_file.write_text(uuid.uuid4().hex)
+    if not id_file.exists() or not id_file.read_text().strip():
+        # written whole or not at all: a crash here must not leave an empty id (a shared app id)
+        tmp = id_file.with_suffix(".tmp")
+        tmp.write_text(uuid.uuid4().hex)
+        tmp.replace(id_file)
     return id_file.read_text().strip()
+
+
+def has_committed_batch(checkpoint: Path) -> bool:
+    """Whether Spark committed a batch in ``checkpoint``.
+
+    Until the first batch is committed, a restarted query plans batch 0 again from the source's
+    ``initialOffset()``, even when ``offsets/0`` was written before a crash. So the handoff offsets must be
+    given again on every start until then: without them the source would start at ``latest`` and skip the
+    changes between the full load and the crash.
+    """
+    commits = checkpoint / "commits"
+    return commits.exists() and any(entry.name.isdigit() for entry in commits.iterdir())
 
 
 def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> list[StreamedTable]:
@@ -191,7 +206,7 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     selected = streamed_tables(pipeline, only=tables)
     client = kafka_client_config(pipeline)
     checkpoint = checkpoint_dir(pipeline)
-    fresh = not (checkpoint / "offsets").exists()
+    fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     options = {f"kafka.{key}": value for key, value in client.items()}
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)

@@ -1,0 +1,40 @@
+"""SIGKILL the relay at random points while the source changes; a plain restart loses nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
+
+from lakesync.full_load import FullLoad
+from lakesync.stream.app import run_stream
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
+
+
+def test_relay_killed_at_random_points_resumes_from_its_stored_progress(stack, mariadb, fresh_database, tmp_path,
+                                                                        monkeypatch, spark):
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    rng = seeded_random("relay")
+    outcome = FaultOutcome("relay", "lakesync relay")
+    kit = FaultPipeline(tmp_path, mariadb, fresh_database, stack.connection_env())
+    kit.create_demo_data()
+    FullLoad(kit.pipeline).run()
+    try:
+        with Workload(mariadb, fresh_database, seed=rng.randrange(1_000)):
+            for _ in range(kill_points()):
+                relay = kit.relay()
+                # from "still importing" through "connecting" to "mid-stream, progress stored a few times"
+                time.sleep(rng.uniform(0.3, 5.0))
+                assert kill_group(relay), f"the relay exited by itself:\n{kit.output(relay)[-3000:]}"
+                outcome.kills += 1
+            final = kit.relay()
+        kit.wait_relay_caught_up()
+        assert "from stored progress" in kit.output(final) or outcome.kills == 0, kit.output(final)[-3000:]
+        run_stream(kit.pipeline, once=True, spark=spark)
+        kit.validate(outcome)
+    finally:
+        kit.stop_all()
+    outcome.publish()
