@@ -10,6 +10,7 @@ Strings may use ``${VAR}`` or ``${VAR:-default}``; the embedded stack sets ``LAK
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -23,6 +24,8 @@ from lakesync.errors import ConfigError
 PIPELINES_DIR_ENV = "LAKESYNC_PIPELINES_DIR"
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 _NAME = r"^[A-Za-z][A-Za-z0-9_]{0,62}$"
+_TOPIC_ILLEGAL = re.compile(r"[^A-Za-z0-9._-]")
+_TOPIC_MAX = 249
 
 Semantics = Literal["exactly_once", "append_log"]
 
@@ -146,8 +149,17 @@ class Pipeline(_Strict):
         return tables
 
     def topic(self, table: str) -> str:
-        """``<prefix>.<db>.<table>``, the Debezium naming."""
-        return f"{self.kafka.topic_prefix}.{self.source.database}.{table}"
+        """``<prefix>.<db>.<table>``, the Debezium naming.
+
+        Kafka allows only letters, digits, ``.``, ``_`` and ``-`` in a topic name (249 at most); a name with
+        anything else (a table called ``my table`` or ``größe``) has those characters replaced by ``_`` and a
+        short hash of the real name appended, so that two tables never share a topic.
+        """
+        name = f"{self.kafka.topic_prefix}.{self.source.database}.{table}"
+        if _TOPIC_ILLEGAL.search(name) is None and len(name) <= _TOPIC_MAX:
+            return name
+        digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+        return f"{_TOPIC_ILLEGAL.sub('_', name)[:_TOPIC_MAX - 11]}_{digest}"
 
     @property
     def pipeline_state_dir(self) -> Path:

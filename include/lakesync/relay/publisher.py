@@ -100,9 +100,24 @@ class Publisher:
                 break
             except BufferError:
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise self._refused(topic, len(key) + len(value), exc) from exc
         self.sent += 1
         if self.sent & 0x3FF == 0:
             self._producer.poll(0)
+
+    def _refused(self, topic: str, size: int, exc: KafkaException) -> BrokerError:
+        error = exc.args[0]
+        if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            limit = self._client_config.get("message.max.bytes", "1000000 (librdkafka's default)")
+            return BrokerError(
+                f"a change event for topic {topic} is {size / 1e6:.1f} MB, more than the producer's "
+                f"message.max.bytes {limit}; progress was not advanced past it",
+                hint="raise kafka.settings message.max.bytes in the pipeline, and the broker's message.max.bytes "
+                "/ the topic's max.message.bytes (and the consumers' fetch.max.bytes) to match; docs/configuration.md",
+            )
+        return BrokerError(f"the producer refused a change event for topic {topic}: {error.str()}",
+                           hint="fix the broker or topic problem named above and restart the relay")
 
     def flush(self) -> None:
         """Wait for every queued record to be acknowledged; :class:`BrokerError` when one was not."""

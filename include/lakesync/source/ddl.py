@@ -102,8 +102,12 @@ def _alter_changes(actions: list[exp.Expression]) -> tuple[list[dict[str, Any]],
             changes.append({"change": "modify", **definition})
         elif isinstance(action, exp.RenameColumn):
             changes.append({"change": "rename", "column": action.this.name, "new_column": action.args["to"].name})
-        elif isinstance(action, exp.Drop | exp.AddConstraint | exp.AlterColumn | exp.DropPrimaryKey):
-            continue  # indexes, keys, defaults: rows keep their shape
+        elif isinstance(action, exp.DropPrimaryKey) or (
+                isinstance(action, exp.AddConstraint) and action.find(exp.PrimaryKey) is not None):
+            # The sink merges by the key: a new key changes which rows are "the same row".
+            changes.append({"change": "primary_key"})
+        elif isinstance(action, exp.Drop | exp.AddConstraint | exp.AlterColumn):
+            continue  # indexes, unique keys, defaults: rows keep their shape
         else:
             return changes, f"cannot interpret the ALTER TABLE action {action.sql('mysql')!r}"
     return changes, None

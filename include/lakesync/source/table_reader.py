@@ -365,6 +365,10 @@ class RangeReader:
         if not text:
             return self.schema.empty_table()
         read_options, parse_options, convert_options = self._safe_options if safe else self._fast_options
+        if len(text) >= read_options.block_size:
+            # A row must fit in one CSV block: a range holding a 50 MB BLOB is parsed as a single block.
+            read_options = pacsv.ReadOptions(column_names=read_options.column_names, use_threads=False,
+                                             block_size=len(text) + 1)
         parsed = pacsv.read_csv(io.BytesIO(text), read_options=read_options, parse_options=parse_options,
                                 convert_options=convert_options)
         columns = [self._finish(plan, column, parsed.column(i), safe=safe)

@@ -9,7 +9,7 @@ can't:
 * ``DROP COLUMN`` -> the Delta column stays (history keeps its values); new rows carry NULL in it;
 * ``MODIFY COLUMN`` to the same Arrow type (e.g. a longer VARCHAR) -> nothing to do;
   to another type -> the table stops (delta-rs cannot change a column's type in place);
-* ``RENAME COLUMN``, ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` -> the table stops: a re-snapshot of
+* ``RENAME COLUMN``, a primary-key change, ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` -> the table stops: a re-snapshot of
   that table is the correct way back, and the other tables go on.
 """
 
@@ -67,6 +67,10 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema) -> SchemaAc
                 action.stop_reason = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which "
                                       f"the Delta table cannot follow in place; " + _RESNAPSHOT.format(table=event.table))
                 return action
+        elif kind == "primary_key":
+            action.stop_reason = ("the primary key was changed (" + event.ddl.strip()[:200] + "); rows merged by the "
+                                  "old key would be wrong; " + _RESNAPSHOT.format(table=event.table))
+            return action
         elif kind == "rename":
             action.stop_reason = (f"column {column!r} was renamed to {change.get('new_column')!r}; "
                                   + _RESNAPSHOT.format(table=event.table))
