@@ -256,8 +256,10 @@ def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
         parse = pa.date32() if pa.types.is_date32(arrow_type) else pa.timestamp("us")
         return _ColumnPlan(nullable(name), guarded, parse, target, "none" if parse == arrow_type else "cast")
     if kind in TEXT_TYPES and pa.types.is_string(arrow_type):
-        fast = f"IFNULL(CONCAT('=', {name}), '')" if target.nullable else name
-        quoted = nullable(f"CONCAT('\"', REPLACE({name}, '\"', '\"\"'), '\"')")
+        # Other character sets (latin1...) are converted: CONCAT would keep their bytes, which are not UTF-8.
+        text = name if (column.charset or "utf8mb4").lower().startswith("utf8") else f"CONVERT({name} USING utf8mb4)"
+        fast = f"IFNULL(CONCAT('=', {text}), '')" if target.nullable else text
+        quoted = nullable(f"CONCAT('\"', REPLACE({text}, '\"', '\"\"'), '\"')")
         return _ColumnPlan(fast, quoted, arrow_type, target, "none", marked=target.nullable)
     if kind in BINARY_TYPES and pa.types.is_binary(arrow_type):
         return same(f"HEX({name})", pa.string(), "unhex")
