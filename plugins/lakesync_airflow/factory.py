@@ -70,7 +70,7 @@ def full_load_dag(pipeline: Pipeline) -> DAG:
         stream = StreamOperator(task_id="stream", pipeline=p, outlets=[alias])
         caught_up = StreamCaughtUpSensor(
             task_id="wait_caught_up", pipeline=p, poll_seconds=pipeline.stream.trigger_seconds,
-            targets="{{ ti.xcom_pull(task_ids='handoff') }}", timeout=int(pipeline.stream.lag_alert_seconds * 4),
+            targets_from="handoff", timeout=int(pipeline.stream.lag_alert_seconds * 4),
         )
         validate = ValidateTablesOperator(task_id="validate", pipeline=p)
         check >> load >> handoff >> stream >> caught_up >> validate

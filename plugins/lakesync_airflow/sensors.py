@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
@@ -13,22 +12,25 @@ from lakesync_airflow.triggers import StreamCaughtUpTrigger
 
 
 class StreamCaughtUpSensor(BaseSensorOperator):
-    """Wait (deferred, in the triggerer) until ``targets`` (``{table: position key}``) are applied.
+    """Wait (deferred, in the triggerer) until the targets (``{table: position key}``) are applied.
 
-    ``targets`` is templated, so it can come from the handoff task's XCom."""
+    The targets are ``targets``, or the XCom of the task ``targets_from`` (the handoff), pulled as the
+    dict it is: a Jinja template would render it to a string."""
 
-    template_fields: Sequence[str] = ("targets",)
-
-    def __init__(self, *, pipeline: str, targets: dict[str, str] | str, poll_seconds: float = 5.0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, pipeline: str, targets: dict[str, str] | None = None, targets_from: str | None = None,
+                 poll_seconds: float = 5.0, **kwargs: Any) -> None:
         kwargs.setdefault("timeout", 3600)
         super().__init__(**kwargs)
+        if (targets is None) == (targets_from is None):
+            raise ValueError("give exactly one of targets and targets_from")
         self.pipeline = pipeline
         self.targets = targets
+        self.targets_from = targets_from
         self.poll_seconds = poll_seconds
 
     def execute(self, context: Context) -> dict[str, Any]:
-        targets = dict(self.targets)  # type: ignore[arg-type]
+        targets = self.targets if self.targets is not None else context["ti"].xcom_pull(task_ids=self.targets_from)
+        targets = dict(targets or {})
         self.defer(
             trigger=StreamCaughtUpTrigger(self.pipeline, targets, poll_seconds=self.poll_seconds,
                                           deadline=time.time() + float(self.timeout)),

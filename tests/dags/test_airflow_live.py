@@ -20,10 +20,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
-from airflow_runner import AirflowRunner
 from deltalake import DeltaTable
 
 from lakesync.demo.database import create_demo_database
+from lakesync.dev.airflow_runner import AirflowRunner
 from lakesync.dev.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

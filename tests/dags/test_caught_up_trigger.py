@@ -7,8 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 import yaml
-from airflow_runner import AirflowRunner
 from deltalake import write_deltalake
+
+from lakesync.dev.airflow_runner import AirflowRunner
 
 _RUN_TRIGGER = """
 import asyncio, json, sys

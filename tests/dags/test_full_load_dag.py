@@ -11,10 +11,10 @@ import time
 import pyarrow as pa
 import pytest
 import yaml
-from airflow_runner import AirflowRunner
 from deltalake import DeltaTable
 
 from lakesync.demo.database import create_demo_database, seed_demo_data
+from lakesync.dev.airflow_runner import AirflowRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
-from airflow_runner import AirflowRunner
 from deltalake import DeltaTable
 
 from lakesync.demo.database import create_demo_database
+from lakesync.dev.airflow_runner import AirflowRunner
 
 pytestmark = pytest.mark.integration
 

@@ -32,12 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.set_defaults(func=_load)
     run = actions.add_parser(
         "run", help="run the demo pipeline end to end and show source vs Delta",
-        description="Start the embedded stack, recreate the demo bank database, full-load it into Delta, relay the "
-                    "binlog to the broker, run a burst of changes, stream them into Delta and compare every table "
-                    "with its source. Exit code 0 when Delta matches the source.",
+        description="Start the embedded stack, recreate the demo bank database, start the relay, run Airflow's "
+                    "full-load DAG (snapshot -> Delta, handoff, stream, caught up, validation), run a burst of "
+                    "changes, run the stream DAG and compare every table with its source. Exit code 0 when Delta "
+                    "matches the source.",
     )
     run.add_argument("--rate", type=float, default=200.0, help="changes per second in the burst (default 200)")
     run.add_argument("--seconds", type=float, default=5.0, help="length of the burst (default 5)")
+    run.add_argument("--without-airflow", action="store_true",
+                     help="run the full load and the stream in this process instead of through Airflow's DAGs")
     run.add_argument("--keep", action="store_true",
                      help="keep the demo database and the pipeline's Delta tables and state from the last run")
     run.set_defaults(func=_run)
@@ -56,7 +59,8 @@ def _init(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from lakesync.demo.run import run_demo
 
-    report = run_demo(args.state_dir, rate=args.rate, seconds=args.seconds, fresh=not args.keep)
+    report = run_demo(args.state_dir, rate=args.rate, seconds=args.seconds, fresh=not args.keep,
+                      airflow=not args.without_airflow)
     return 0 if report.matches else 3
 
 

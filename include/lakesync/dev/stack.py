@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from urllib.parse import quote
 
+from lakesync.dev.airflow_home import airflow_env, prepare_airflow_home
 from lakesync.dev.broker import Broker
 from lakesync.dev.mariadb import MariaDBServer
 from lakesync.dev.processes import free_port
@@ -43,7 +44,14 @@ class StackSettings:
     root_password: str
     lakesync_password: str
     demo_database: str = "bank"
-    extra: dict[str, str] = field(default_factory=dict)
+    #: Port of the Airflow API server and UI (`airflow standalone` / `airflow api-server` with env.sh).
+    airflow_port: int = 0
+
+    @classmethod
+    def from_json(cls, document: dict[str, object]) -> StackSettings:
+        """Settings from ``stack.json``, ignoring keys an older or newer lakesync wrote."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in document.items() if key in known})  # type: ignore[arg-type]
 
     @classmethod
     def fresh(cls) -> StackSettings:
@@ -53,6 +61,7 @@ class StackSettings:
             server_id=1,
             root_password=secrets.token_urlsafe(18),
             lakesync_password=secrets.token_urlsafe(18),
+            airflow_port=free_port(),
         )
 
 
@@ -79,7 +88,10 @@ class DevStack:
                     f"no embedded stack in {self.state_dir}",
                     hint="start one with `lakesync dev up` (or set LAKESYNC_STATE_DIR to the folder of yours)",
                 )
-            self._settings = StackSettings(**json.loads(self.settings_file.read_text()))
+            self._settings = StackSettings.from_json(json.loads(self.settings_file.read_text()))
+            if not self._settings.airflow_port:  # a stack made before the Airflow home existed
+                self._settings.airflow_port = free_port()
+                self._save(self._settings)
         return self._settings
 
     def _save(self, settings: StackSettings) -> None:
@@ -119,6 +131,8 @@ class DevStack:
         self.mariadb.start()
         self.mariadb.create_lakesync_user(LAKESYNC_USER, self.settings.lakesync_password)
         self.broker.start()
+        prepare_airflow_home(self.airflow_home, connections=self.connection_env(),
+                             api_port=self.settings.airflow_port)
         self.write_env_file()
 
     def down(self) -> None:
@@ -145,7 +159,11 @@ class DevStack:
                 "pid": self.broker.pid(),
                 "log": str(self.broker.log_file),
             },
-            "airflow": {"home": str(self.airflow_home)},
+            "airflow": {
+                "home": str(self.airflow_home),
+                "address": f"http://127.0.0.1:{self.settings.airflow_port}",
+                "log": f"UI: source {self.env_file} && airflow standalone",
+            },
             "delta": {"root": str(self.delta_root)},
         }
 
@@ -172,9 +190,17 @@ class DevStack:
     def env_file(self) -> Path:
         return self.state_dir / "env.sh"
 
+    def airflow_env(self) -> dict[str, str]:
+        """The settings that make Airflow commands use the stack's Airflow home and connections."""
+        return airflow_env(self.airflow_home, connections=self.connection_env(), api_port=self.settings.airflow_port)
+
     def write_env_file(self) -> None:
-        """``source .lakesync/env.sh`` gives a shell the stack's connections (mode 0600: it has passwords)."""
-        lines = [f"export {name}={_shell_quote(value)}" for name, value in self.connection_env().items()]
+        """``source .lakesync/env.sh`` gives a shell the stack's connections and Airflow home (mode 0600: it has
+        passwords), so `lakesync ...` and `airflow ...` commands use the embedded stack."""
+        env = self.airflow_env()
+        bin_dir = env.pop("PATH").split(os.pathsep)[0]
+        lines = [f"export {name}={_shell_quote(value)}" for name, value in env.items()]
+        lines.append(f'export PATH={_shell_quote(bin_dir)}:"$PATH"')
         self.env_file.write_text("\n".join(lines) + "\n")
         self.env_file.chmod(0o600)
 

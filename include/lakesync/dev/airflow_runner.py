@@ -1,7 +1,8 @@
-"""Run Airflow commands for the DAG tests in a child process with a throwaway Airflow home.
+"""Running Airflow commands and ``dag.test()`` in a child process with a given Airflow home.
 
-Airflow reads its configuration once, at import; a child process keeps each test's home, DAG folder and
-pipelines folder out of the pytest process (and out of the other tests' Airflow, if any).
+Airflow reads its configuration once, at import; a child process keeps each home, DAG folder and pipelines
+folder out of the calling process. ``lakesync demo run`` drives its DAG runs through this, and so do the
+DAG tests (each with a throwaway home).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from lakesync.dev.airflow_home import prepare_airflow_home
+from lakesync.errors import StackError
 
 _DAG_TEST = """
 import json, sys
@@ -47,11 +49,17 @@ class AirflowRunner:
         return subprocess.run([sys.executable, *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
 
-    def dag_test(self, dag_id: str, *logical_dates: str, mark_success: str = "") -> list[dict[str, object]]:
+    def dag_test(self, dag_id: str, *logical_dates: str, mark_success: str = "", log_file: Path | None = None
+                 ) -> list[dict[str, object]]:
         """``dag.test()`` for each logical date, in order, in one child process (tasks matching the
-        ``mark_success`` regex are marked successful instead of run)."""
-        done = self.run("-c", _DAG_TEST, self.dags_folder, dag_id, mark_success, *logical_dates, timeout=600)
+        ``mark_success`` regex are marked successful instead of run). Returns each run's state and task
+        states; Airflow's own output goes to ``log_file`` when given."""
+        done = self.run("-c", _DAG_TEST, self.dags_folder, dag_id, mark_success, *logical_dates, timeout=900)
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            log_file.write_text(done.stdout + "\n" + done.stderr)
         for line in done.stdout.splitlines():
             if line.startswith("RESULT "):
                 return json.loads(line.removeprefix("RESULT "))
-        raise AssertionError(f"dag.test of {dag_id} failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
+        raise StackError(f"dag.test of {dag_id} did not finish:\n{done.stderr[-3000:]}",
+                         hint=f"the whole Airflow output is in {log_file}" if log_file else None)
