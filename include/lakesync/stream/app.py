@@ -183,9 +183,12 @@ class BatchApplier:
             log.warning("table %s: change events carry columns %s the Delta table lacks (no schema event yet); "
                         "they are not stored", table_name, sorted(table_changes.new_columns))
         try:
-            self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
+            result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
             self._stop(table_name, str(exc), batch_id)
+            return
+        if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
+            log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
             return
         newest = max(table_changes.events, key=lambda event: event.position)
         self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,

@@ -1,0 +1,304 @@
+"""The stream end to end on real parts: MariaDB -> full load -> relay -> broker -> Spark -> Delta MERGE.
+
+What issue 5 asks the stream to prove: Delta equals the source after a concurrent load; the handoff may
+start before the full load's position P (nothing changes) but never after it (refused, nothing written);
+a batch replayed after a crash between the Delta commit and Spark's checkpoint is not applied twice; a
+replayed older insert cannot bring a deleted row back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from deltalake import DeltaTable
+
+from lakesync.config import Pipeline, load_pipeline
+from lakesync.demo.database import create_demo_database, seed_demo_data
+from lakesync.demo.load import DemoWorkload, LoadReport
+from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
+from lakesync.errors import GapError
+from lakesync.full_load import FullLoad
+from lakesync.relay import Relay, covered_range
+from lakesync.source.server_checks import current_position
+from lakesync.stream import app as stream_app
+from lakesync.stream.app import checkpoint_dir, run_stream
+from lakesync.stream.progress import StreamProgress
+from lakesync.validate import compare_tables, read_delta_table, read_source_table, validate_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def write_pipeline(folder: Path, database: str, **overrides: Any) -> Pipeline:
+    """A pipeline YAML in ``folder`` for ``database``, with its own server id, topics, Delta root and state."""
+    server_id = random.randrange(5_000, 60_000)
+    document = {
+        "name": "streamed",
+        "source": {"conn_id": MYSQL_CONN_ID, "database": database, "server_id": server_id},
+        "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"sa{server_id}{uuid.uuid4().hex[:6]}"},
+        "delta": {"root": str(folder / "delta")},
+        "state_dir": str(folder / "state"),
+        **overrides,
+    }
+    pipelines = folder / "pipelines"
+    pipelines.mkdir(exist_ok=True)
+    (pipelines / "streamed.yaml").write_text(yaml.safe_dump(document))
+    return load_pipeline("streamed", pipelines)
+
+
+@pytest.fixture
+def env(stack, monkeypatch):
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    return stack
+
+
+def relay_until_idle(pipeline: Pipeline, **kwargs: Any):
+    return Relay(pipeline, heartbeat_seconds=0.3).run(stop_when_idle_seconds=1.0, **kwargs)
+
+
+def assert_equal(mariadb, pipeline: Pipeline, table: str, key: list[str]) -> None:
+    with mariadb.connect() as conn:
+        source = read_source_table(conn, pipeline.source.database, table)
+    comparison = compare_tables(table, source, read_delta_table(pipeline.delta.table_uri(table)), key)
+    assert comparison.matches, comparison.describe()
+
+
+def delta_history(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
+    return DeltaTable(pipeline.delta.table_uri(table)).history()
+
+
+# -- a concurrent load ----------------------------------------------------------------------------------------
+class Background(threading.Thread):
+    """Runs ``work(stop_event)`` in a thread and re-raises its exception on :meth:`finish`."""
+
+    def __init__(self, name: str, work) -> None:
+        super().__init__(name=name, daemon=True)
+        self.work, self.stopping, self.error = work, threading.Event(), None
+
+    def run(self) -> None:
+        try:
+            self.work(self.stopping)
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+
+    def finish(self, timeout: float = 30) -> None:
+        self.stopping.set()
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} did not stop"
+        if self.error:
+            raise self.error
+
+
+def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (covered := covered_range(pipeline)) is None or covered[1] < target_key:
+        assert relay.is_alive(), f"the relay died: {relay.error!r}"
+        assert time.monotonic() < deadline, f"the relay did not reach {target_key} (covers {covered})"
+        time.sleep(0.3)
+
+
+def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
+        env, mariadb, fresh_database, tmp_path, spark):
+    with mariadb.connect() as conn:
+        create_demo_database(conn, fresh_database)
+        seed_demo_data(conn, fresh_database, customers=50, transactions=500)
+    pipeline = write_pipeline(tmp_path, fresh_database,
+                              tables={"overrides": {"audit_log": {"semantics": "append_log"}}})
+    FullLoad(pipeline=pipeline).run()
+
+    report = LoadReport()
+
+    def load(stopping: threading.Event) -> None:
+        with mariadb.connect(autocommit=False) as conn:
+            workload = DemoWorkload(conn, fresh_database, seed=11)
+            while not stopping.is_set():
+                workload.step(report)
+                time.sleep(0.01)
+
+    relay_instance = Relay(pipeline, heartbeat_seconds=0.3)
+    relay = Background("relay", lambda stopping: relay_instance.run())
+    loader = Background("load", load)
+    relay.start()
+    loader.start()
+    try:
+        wait_for_relay(pipeline, "", relay)  # the stream refuses to start before the relay has published
+        applied_during = [run_stream(pipeline, once=True, spark=spark).changes for _ in range(2)]
+        loader.finish()
+        with mariadb.connect() as conn:
+            wait_for_relay(pipeline, current_position(conn).key(), relay)
+    finally:
+        relay_instance.stop()
+        relay.finish()
+    applied_after = run_stream(pipeline, once=True, spark=spark).changes
+
+    for operation in ("insert", "update", "delete"):
+        assert report.operations[operation] > 0, f"the load should include {operation}s: {report.summary()}"
+    assert applied_during[1] > 0 and applied_after > 0, "the stream should apply changes during and after the load"
+    validation = validate_pipeline(pipeline, store=False, settle_timeout_s=5)
+    for table in validation.tables:
+        assert table.matches, table.describe()
+    compared = {t.table for t in validation.tables if t.comparable}
+    assert compared == {"customers", "accounts", "transactions", "daily_balances"}
+
+
+# -- the handoff ------------------------------------------------------------------------------------------------
+ITEMS_SQL = "CREATE TABLE items (id INT UNSIGNED PRIMARY KEY, label VARCHAR(40) NOT NULL, amount DECIMAL(10,2))"
+
+
+@pytest.fixture
+def items(mariadb, fresh_database):
+    """A connection to ``fresh_database`` holding ``items`` with rows 1..20."""
+    with mariadb.connect(database=fresh_database) as conn:
+        with conn.cursor() as cur:
+            cur.execute(ITEMS_SQL)
+            cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(i, f"item {i}", f"{i}.50") for i in range(1, 21)])
+        yield conn
+
+
+def execute(conn, *statements: str) -> None:
+    with conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+
+
+def delta_rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
+    """Every column of the target table, lakesync's position columns included, ordered by key."""
+    return sorted(read_table(pipeline, table), key=lambda row: row["id"])
+
+
+def read_table(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
+    from lakesync.sink import DeltaSink
+
+    return DeltaSink(pipeline.delta.table_uri(table), key_columns=["id"]).scan().read_all().to_pylist()
+
+
+def test_stream_starting_before_the_full_load_position_changes_nothing(env, mariadb, items, fresh_database, tmp_path,
+                                                                       spark, monkeypatch):
+    before_p = current_position(items)
+    execute(items,
+            "UPDATE items SET label = 'changed before P' WHERE id = 1",
+            "DELETE FROM items WHERE id = 2",
+            "INSERT INTO items VALUES (21, 'inserted and deleted before P', 1)",
+            "DELETE FROM items WHERE id = 21",
+            "UPDATE items SET amount = amount + 1 WHERE id BETWEEN 3 AND 6")
+    pipeline = write_pipeline(tmp_path, fresh_database)
+    FullLoad(pipeline=pipeline).run()
+    snapshot = delta_rows(pipeline, "items")
+    relay_until_idle(pipeline, from_position=before_p)
+    assert covered_range(pipeline)[0] == before_p.key()
+
+    # Start the stream at the first offset of each topic, so it reads every change since before_p, not
+    # only those from P on (where the handoff would start it).
+    handoff_offsets = stream_app.starting_offsets
+    monkeypatch.setattr(stream_app, "starting_offsets", lambda consumer, keys: {
+        topic: {partition: 0 for partition in offsets} for topic, offsets in handoff_offsets(consumer, keys).items()})
+    summary = run_stream(pipeline, once=True, spark=spark)
+
+    assert summary.changes == 8, "the stream should have read the eight changes made before P"
+    assert delta_rows(pipeline, "items") == snapshot
+    assert_equal(mariadb, pipeline, "items", ["id"])
+
+    execute(items, "UPDATE items SET label = 'changed after P' WHERE id = 1", "DELETE FROM items WHERE id = 3")
+    relay_until_idle(pipeline)
+    run_stream(pipeline, once=True, spark=spark)
+    assert_equal(mariadb, pipeline, "items", ["id"])
+
+
+def test_stream_starting_after_the_full_load_position_is_refused_and_writes_nothing(env, items, fresh_database,
+                                                                                  tmp_path, spark):
+    pipeline = write_pipeline(tmp_path, fresh_database)
+    FullLoad(pipeline=pipeline).run()
+    execute(items, "UPDATE items SET label = 'lost if the stream started later' WHERE id = 1")
+    after_p = current_position(items)
+    execute(items, "UPDATE items SET label = 'published' WHERE id = 2")
+    relay_until_idle(pipeline, from_position=after_p)
+    history = delta_history(pipeline, "items")
+    rows = delta_rows(pipeline, "items")
+
+    with pytest.raises(GapError, match="gap between the full load and the change log") as refused:
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert "re-run the full load" in str(refused.value.hint)
+    assert delta_history(pipeline, "items") == history
+    assert delta_rows(pipeline, "items") == rows
+    assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
+
+
+def test_batch_replayed_after_a_crash_between_delta_commit_and_checkpoint_is_not_applied_twice(
+        env, mariadb, items, fresh_database, tmp_path, spark):
+    pipeline = write_pipeline(tmp_path, fresh_database)
+    FullLoad(pipeline=pipeline).run()
+    execute(items,
+            "UPDATE items SET amount = amount + 10 WHERE id <= 5",
+            "INSERT INTO items VALUES (30, 'new', 3.00)",
+            "DELETE FROM items WHERE id = 20")
+    relay_until_idle(pipeline)
+    first = run_stream(pipeline, once=True, spark=spark)
+    assert first.changes == 7
+    # The crash: Spark's foreachBatch committed to Delta but the checkpoint's commit entry was never written.
+    commits = checkpoint_dir(pipeline) / "commits"
+    last = max(int(path.name) for path in commits.iterdir() if path.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    version = DeltaTable(pipeline.delta.table_uri("items")).version()
+    rows = delta_rows(pipeline, "items")
+
+    run_stream(pipeline, once=True, spark=spark)
+
+    assert (commits / str(last)).exists(), "Spark should have re-run the batch whose commit was lost"
+    assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "the replay must commit nothing"
+    assert delta_rows(pipeline, "items") == rows
+    assert_equal(mariadb, pipeline, "items", ["id"])
+    assert StreamProgress.load(pipeline.pipeline_state_dir).tables["items"].rows_total == 7, \
+        "a skipped replay is not counted as applied"
+
+
+def topic_records(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of a one-partition topic (read until nothing more arrives: the embedded broker's high
+    watermark is unreliable)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "stream-tests", "enable.auto.commit": "false"})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    records: list[Any] = []
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None and records:
+                break
+            if message is not None and not message.error():
+                records.append(message)
+    finally:
+        consumer.close()
+    return records
+
+
+def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafka(
+        env, mariadb, broker, items, fresh_database, tmp_path, spark):
+    pipeline = write_pipeline(tmp_path, fresh_database)
+    FullLoad(pipeline=pipeline).run()
+    execute(items, "INSERT INTO items VALUES (40, 'short-lived', 4.00)")
+    relay_until_idle(pipeline)
+    run_stream(pipeline, once=True, spark=spark)
+    assert 40 in {row["id"] for row in delta_rows(pipeline, "items")}
+    execute(items, "DELETE FROM items WHERE id = 40")
+    relay_until_idle(pipeline)
+    run_stream(pipeline, once=True, spark=spark)
+
+    topic = pipeline.topic("items")
+    insert = next(m for m in topic_records(broker.bootstrap, topic) if dict(m.headers())["lakesync.op"] == b"c")
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, key=insert.key(), value=insert.value(), headers=insert.headers())
+    assert producer.flush(10) == 0
+    replayed = run_stream(pipeline, once=True, spark=spark)
+
+    assert replayed.changes == 1, "the stream should have read the replayed insert"
+    assert 40 not in {row["id"] for row in delta_rows(pipeline, "items")}
+    assert_equal(mariadb, pipeline, "items", ["id"])
