@@ -105,9 +105,12 @@ def test_three_day_backfill_lands_each_day_once(airflow, settle_pipeline, mariad
 def test_maintenance_dag_compacts_the_settled_table_and_keeps_its_rows(airflow, settle_pipeline, mariadb,
                                                                        fresh_database):
     _book_days(mariadb, fresh_database, {"2026-11-17": 3, "2026-11-18": 5, "2026-11-19": 7})
-    airflow.dag_test(DAG_ID, "2026-11-18T02:00:00+00:00", "2026-11-19T02:00:00+00:00", "2026-11-20T02:00:00+00:00")
+    runs = airflow.dag_test(DAG_ID, "2026-11-18T02:00:00+00:00", "2026-11-19T02:00:00+00:00",
+                            "2026-11-20T02:00:00+00:00")
+    assert all(run["state"] == "success" for run in runs), runs
     table = settle_pipeline[1] / "transactions"
     files_before = len(DeltaTable(str(table)).file_uris())
+    assert files_before >= 3, f"each settled day should have added a file: {DeltaTable(str(table)).history()}"
     (run,) = airflow.dag_test("lakesync_settle_maintenance", "2026-11-22T00:00:00+00:00")
     assert run["state"] == "success", run
     assert len(DeltaTable(str(table)).file_uris()) < files_before
