@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
+from lakesync import errors
 from lakesync.config import Pipeline
 from lakesync.connections import kafka_client_config
 from lakesync.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
@@ -241,9 +243,29 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     query = writer.start()
     try:
         query.awaitTermination(timeout_seconds) if timeout_seconds else query.awaitTermination()
+    except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
+        raise stream_failure(pipeline.name, exc) from exc
     finally:
         if query.isActive:
             query.stop()
     if query.exception():
-        raise LakesyncError(f"the stream of pipeline {pipeline.name!r} failed: {query.exception()}")
+        raise stream_failure(pipeline.name, query.exception())
     return applier.summary
+
+
+_WRAPPED_ERROR = re.compile(r"lakesync\.errors\.(?P<kind>\w+): (?P<message>.*?)(?:\n\s*hint: (?P<hint>[^\n]*))?\n", re.S)
+
+
+def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:
+    """The lakesync error a failed query carries (a GapError raised in the Kafka source, a SinkError in a
+    batch) as itself, instead of Spark's wrapper with the JVM stack; anything else with its first line."""
+    text = str(exc)
+    found = _WRAPPED_ERROR.search(text + "\n")
+    if found:
+        kind = getattr(errors, found["kind"], LakesyncError)
+        if isinstance(kind, type) and issubclass(kind, LakesyncError):
+            return kind(f"the stream of pipeline {pipeline_name!r} failed: {found['message'].strip()}",
+                        hint=found["hint"])
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return LakesyncError(f"the stream of pipeline {pipeline_name!r} failed: {first[:2000]}",
+                         hint="run with --debug for Spark's full error")
