@@ -205,7 +205,8 @@ def read_delta_table(uri: str, *, storage_options: dict[str, str] | None = None)
     """The live rows of a target table (tombstones dropped), without lakesync's own columns."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(uri, storage_options=storage_options).to_pyarrow_table()
+    # delta-rs's own reader: pyarrow's dataset reader can abort the interpreter at exit (docs/sink.md).
+    table = pa.RecordBatchReader.from_stream(DeltaTable(uri, storage_options=storage_options).scan()).read_all()
     if OP in table.column_names:
         table = table.filter(_live_mask(table))
     return table.select([name for name in table.column_names if not name.startswith("_lakesync_")])

@@ -108,7 +108,10 @@ def read_runs(pipeline: Pipeline) -> pa.Table:
         table = DeltaTable(runs_uri(pipeline), storage_options=pipeline.delta.storage_options or None)
     except TableNotFoundError:
         return SCHEMA.empty_table()
-    return table.to_pyarrow_table(filters=[("pipeline", "=", pipeline.name)])
+    # delta-rs's own reader: pyarrow's dataset reader can abort the interpreter at exit (docs/sink.md).
+    predicate = "pipeline = '" + pipeline.name + "'"  # pipeline names are identifiers (config checks them)
+    rows = pa.RecordBatchReader.from_stream(table.scan(predicate=predicate)).read_all()
+    return rows.select(SCHEMA.names).cast(SCHEMA)  # the scan returns string_view; the rest of us want string
 
 
 def last_results(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
