@@ -205,17 +205,24 @@ def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, 
     The file is invisible to readers until a commit adds it; a load that fails leaves it for VACUUM.
     """
     filesystem, root = _table_filesystem(table_uri)
-    filesystem.create_dir(root, recursive=True)
     name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
     stats = _FileStats(stats_columns)
-    # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
-    # time and, for mostly unique values, makes the file bigger, not smaller.
-    with filesystem.open_output_stream(f"{root}/{name}") as sink, \
-            pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS_COLUMN, OP_COLUMN]) as writer:
-        for part in parts:
-            writer.write_table(part)
-            stats.add(part)
-    size = filesystem.get_file_info(f"{root}/{name}").size or 0
+    try:
+        filesystem.create_dir(root, recursive=True)
+        # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
+        # time and, for mostly unique values, makes the file bigger, not smaller.
+        with filesystem.open_output_stream(f"{root}/{name}") as sink, \
+                pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS_COLUMN, OP_COLUMN]) as writer:
+            for part in parts:
+                writer.write_table(part)
+                stats.add(part)
+        size = filesystem.get_file_info(f"{root}/{name}").size or 0
+    except OSError as exc:  # a full disk, a missing permission, an unreachable object store
+        raise SinkError(
+            f"writing a data file of {table_uri} failed: {exc}; nothing of this table was committed",
+            hint="free space or fix access under delta.root, then run the load again (it resumes; files "
+            "written but never committed are invisible and VACUUM removes them)",
+        ) from exc
     return name, int(size), stats.rows, stats.to_json()
 
 
