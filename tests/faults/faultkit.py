@@ -173,11 +173,16 @@ class FaultPipeline:
 
     # -- progress and checks --------------------------------------------------------------------------
     def wait_relay_caught_up(self, *, timeout: float = 120) -> None:
-        """Until the relay's stored progress reaches the binlog's current end."""
+        """Until the relay's stored progress reaches the binlog's current end.
+
+        The relay stores progress at transaction ends, so one marker transaction (an audit row) is written
+        after reading the target: on a quiet server whose binlog just rotated (MariaDB restarted) the
+        relay would otherwise never store a position in the new file."""
         from lakesync.relay import covered_range
 
-        with self.admin.connect() as conn:
+        with self.admin.connect(database=self.database) as conn, conn.cursor() as cur:
             target = current_position(conn).key()
+            cur.execute("INSERT INTO audit_log (actor, action, details) VALUES ('faults', 'marker', NULL)")
         deadline = time.monotonic() + timeout
         while (covered := covered_range(self.pipeline)) is None or covered[1] < target:
             assert time.monotonic() < deadline, f"the relay did not reach {target} in {timeout}s (covers {covered})"

@@ -377,6 +377,12 @@ class BinlogSource:
                     file = event.next_binlog
                 elif event_type is HeartbeatLogEvent:
                     yield Heartbeat(dt.datetime.now().timestamp())
+            if self._blocking:
+                # A blocking stream only ends when the server closes it (shutdown, restart, KILL): that is a
+                # failure to report with a non-zero exit, not the quiet end of a --stop-when-idle run.
+                raise SourceError("the source closed the binlog stream (server shut down or restarted?)",
+                                  hint="the relay resumes from its stored progress when restarted: "
+                                  "`lakesync relay --pipeline <name>`")
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else None
             if code in _MISSING_BINLOG_ERRORS:
