@@ -216,6 +216,10 @@ class Workload:
     def __exit__(self, *_exc: object) -> None:
         self.stop()
 
+    def stop_after(self, seconds: float) -> LoadReport:
+        self._stop.wait(seconds)
+        return self.stop()
+
     def stop(self) -> LoadReport:
         self._stop.set()
         self._thread.join(60)

@@ -32,6 +32,7 @@ from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress
 from lakesync.stream.schema_changes import plan_schema_change
+from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     options = {f"kafka.{key}": value for key, value in client.items()}
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-    options["subscribe"] = ",".join([*(t.topic for t in selected), schema_topic])
+    topics = [*(t.topic for t in selected), schema_topic]
+    options["subscribe"] = ",".join(topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
@@ -232,6 +234,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         log.info("new stream %s starts at the handoff offsets %s", app_id, offsets)
     else:
         log.info("stream %s resumes from its checkpoint %s", app_id, checkpoint)
+
+    check_topic_identity(checkpoint, topic_ids(client, topics), pipeline=pipeline.name, fresh=fresh)
 
     session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     kafka_source.register(session)

@@ -1,0 +1,73 @@
+"""The broker loses its data (the embedded broker keeps it in memory): the stream refuses to resume and says
+to re-run the full load; the documented recovery brings Delta back to the source."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, seeded_random
+
+from lakesync.dev.broker import Broker
+from lakesync.dev.processes import free_port
+from lakesync.dev.stack import KAFKA_CONN_ID
+from lakesync.full_load import FullLoad
+from lakesync.stream.app import checkpoint_dir, run_stream
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
+
+
+@pytest.fixture
+def own_broker(tmp_path_factory):
+    """A broker of this test's own (the session's broker must keep its data)."""
+    broker = Broker(home=tmp_path_factory.mktemp("lossy-broker"), port=free_port())
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack, mariadb, fresh_database,
+                                                                          own_broker, tmp_path, monkeypatch, spark):
+    env = {**stack.connection_env(), f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": own_broker.bootstrap}})}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    rng = seeded_random("broker loss")
+    outcome = FaultOutcome("broker_loss", "tansu broker")
+    kit = FaultPipeline(tmp_path, mariadb, fresh_database, env)
+    kit.create_demo_data()
+    FullLoad(kit.pipeline).run()
+    try:
+        relay = kit.relay()
+        with Workload(mariadb, fresh_database, seed=rng.randrange(1_000)) as workload:
+            workload.stop_after(rng.uniform(2.0, 4.0))
+        kit.wait_relay_caught_up()
+        run_stream(kit.pipeline, once=True, spark=spark)
+
+        # the broker restarts empty; the relay, restarted by its supervisor, republishes from the full load
+        kill_group(relay)
+        own_broker.stop()
+        own_broker.start()
+        outcome.kills += 1
+        kit.relay()
+        with Workload(mariadb, fresh_database, seed=rng.randrange(1_000)) as workload:
+            workload.stop_after(rng.uniform(1.0, 3.0))
+        kit.wait_relay_caught_up()
+
+        refused = kit.stream(once=True)
+        refused.wait(300)
+        said = kit.output(refused)
+        assert refused.returncode != 0, said[-3000:]
+        assert "gone or were recreated" in said and "re-run the full load" in said, said[-3000:]
+
+        # the documented recovery: a new full load, a new checkpoint, the stream again (the relay keeps running)
+        kit.finish(kit.snapshot("--restart"))
+        shutil.rmtree(checkpoint_dir(kit.pipeline))
+        kit.finish(kit.stream(once=True))
+        kit.wait_relay_caught_up()
+        kit.finish(kit.stream(once=True))
+        kit.validate(outcome)
+    finally:
+        kit.stop_all()
+    outcome.publish()
