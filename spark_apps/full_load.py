@@ -11,13 +11,11 @@ Prints one JSON line per table and exits non-zero with the error's message on fa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from lakesync.config import load_pipeline
-from lakesync.errors import LakesyncError
 from lakesync.full_load import FullLoad, SparkChunkRunner
-from lakesync.spark_session import build_spark_session
+from lakesync.spark_session import run_spark_app
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,22 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=2)
     parser.add_argument("--restart", action="store_true")
     args = parser.parse_args(argv)
-    spark = build_spark_session(f"lakesync-full-load-{args.pipeline}")
-    try:
+
+    def work(spark):
         pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
         tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
         load = FullLoad(pipeline, tables=tables, mode=args.mode, connections=args.connections,
                         restart=args.restart, chunk_runner=SparkChunkRunner(spark))
         for result in load.run():
-            print(json.dumps({"table": result.table, "rows": result.rows, "seconds": round(result.seconds, 3),
-                              "delta_version": result.delta_version, "position": result.position.token(),
-                              "mode": result.mode, "skipped": result.skipped}))
-    except LakesyncError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    finally:
-        spark.stop()
-    return 0
+            yield {"table": result.table, "rows": result.rows, "seconds": round(result.seconds, 3),
+                   "delta_version": result.delta_version, "position": result.position.token(),
+                   "mode": result.mode, "skipped": result.skipped}
+
+    return run_spark_app(f"lakesync-full-load-{args.pipeline}", work)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,10 @@ Prints one JSON summary line and exits non-zero with the error's message on fail
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from lakesync.config import load_pipeline
-from lakesync.errors import LakesyncError
-from lakesync.spark_session import build_spark_session
+from lakesync.spark_session import run_spark_app
 from lakesync.stream.app import run_stream
 
 
@@ -26,18 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", help="comma-separated table names (default: every fully loaded table)")
     parser.add_argument("--once", action="store_true", help="process what is there now and exit (availableNow)")
     args = parser.parse_args(argv)
-    spark = build_spark_session(f"lakesync-stream-{args.pipeline}")
-    try:
+
+    def work(spark):
         pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
         tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
         summary = run_stream(pipeline, once=args.once, tables=tables, spark=spark)
-        print(json.dumps({"batches": summary.batches, "changes": summary.changes, "tables": summary.tables}))
-    except LakesyncError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    finally:
-        spark.stop()
-    return 0
+        yield {"batches": summary.batches, "changes": summary.changes, "tables": summary.tables}
+
+    return run_spark_app(f"lakesync-stream-{args.pipeline}", work)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ the caller (master, conf) win, because ``getOrCreate`` keeps what the launcher a
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable, Iterable
 
 from pyspark.sql import SparkSession
+
+from lakesync.errors import LakesyncError
 
 
 def build_spark_session(app_name: str, *, master: str | None = None, extra_conf: dict[str, str] | None = None
@@ -30,3 +34,21 @@ def build_spark_session(app_name: str, *, master: str | None = None, extra_conf:
     for key, value in {**defaults, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def run_spark_app(app_name: str, work: Callable[[SparkSession], Iterable[dict[str, object]]]) -> int:
+    """The body of a ``spark_apps/`` entry point: a session, one JSON line per result, a clean exit code.
+
+    A :class:`LakesyncError` is printed as its message (no traceback) and becomes the exit code, so
+    Airflow's SparkSubmitOperator fails the task with a readable log line.
+    """
+    spark = build_spark_session(app_name)
+    try:
+        for line in work(spark):
+            print(json.dumps(line, default=str), flush=True)
+    except LakesyncError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        spark.stop()
+    return 0

@@ -16,10 +16,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     benches = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
     for module_name in BENCH_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and module_name.startswith(exc.name)):
-                raise
-            continue
-        module.register(benches)
+        importlib.import_module(module_name).register(benches)

@@ -39,21 +39,24 @@ Typical flow: `lakesync dev up` (embedded stack), `lakesync snapshot --pipeline 
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
+    """The modules to register: only the named command's (each module is named after its command), so
+    that ``lakesync relay ...`` does not import what ``lakesync validate`` needs; all of them for the
+    top-level help or an unknown command (argparse then lists them)."""
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    chosen = tuple(m for m in COMMAND_MODULES if m.rsplit(".", 1)[1] == named)
+    return chosen or COMMAND_MODULES
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesync", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"lakesync {__version__}")
     parser.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks on errors")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and module_name.startswith(exc.name)):
-                raise
-            continue  # a command whose module is not part of this build
-        module.register(subparsers)
+    for module_name in _command_modules(argv):
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 
@@ -65,7 +68,8 @@ def configure_logging(debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()

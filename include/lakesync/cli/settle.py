@@ -14,7 +14,6 @@ from rich.table import Table
 
 from lakesync.config import load_pipeline
 from lakesync.errors import ConfigError
-from lakesync.settlement import settle_pipeline, settlement_tables
 from lakesync.settlement_windows import schedule_intervals
 
 DESCRIPTION = """\
@@ -56,6 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from lakesync.settlement import settle_pipeline, settlement_tables  # heavy: only when the command runs
+
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
     wanted = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else list(pipeline.tables.overrides)
     tables = settlement_tables(pipeline, wanted)

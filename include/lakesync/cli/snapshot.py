@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
@@ -10,7 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from lakesync.config import load_pipeline
-from lakesync.full_load import FullLoad, TableResult
+
+if TYPE_CHECKING:
+    from lakesync.full_load import TableResult
 
 DESCRIPTION = """\
 Load the pipeline's tables into Delta: each table in one Delta commit, every row tagged with the binlog
@@ -53,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from lakesync.full_load import FullLoad  # heavy (pyarrow, Spark glue): only when the command runs
+
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
     tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
     console = Console(stderr=True)

@@ -9,9 +9,9 @@ the high watermark it reports is the base offset of the last record batch plus o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import ClassVar
 
-from lakesync.dev.processes import ensure_port_free, pid_alive, port_is_open, spawn, stop_pid, wait_until
+from lakesync.dev.processes import LocalServer, ensure_port_free, port_is_open, spawn, stop_pid, wait_until
 from lakesync.errors import StackError
 
 
@@ -30,31 +30,12 @@ def tansu_binary() -> str:
 
 
 @dataclass
-class Broker:
-    home: Path
-    port: int
-    host: str = "127.0.0.1"
+class Broker(LocalServer):
+    name: ClassVar[str] = "broker"
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def log_file(self) -> Path:
-        return self.home / "broker.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.home / "broker.pid"
-
-    def pid(self) -> int | None:
-        try:
-            return int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def is_running(self) -> bool:
-        return pid_alive(self.pid()) and port_is_open(self.host, self.port)
 
     def start(self, *, timeout: float = 30.0) -> None:
         if self.is_running():

@@ -11,10 +11,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pymysql
 
-from lakesync.dev.processes import ensure_port_free, pid_alive, port_is_open, spawn, stop_pid, wait_until
+from lakesync.dev.processes import LocalServer, ensure_port_free, spawn, stop_pid, wait_until
 from lakesync.errors import StackError
 
 #: What the lakesync user may do, and why (docs/security.md has the same list).
@@ -37,43 +38,24 @@ def _binary(*names: str) -> str:
 
 
 @dataclass
-class MariaDBServer:
+class MariaDBServer(LocalServer):
     """One embedded server: where it keeps its files and where it listens."""
 
-    home: Path
-    port: int
     server_id: int = 1
-    host: str = "127.0.0.1"
     root_password: str = ""
+    name: ClassVar[str] = "mariadb"
 
     @property
     def datadir(self) -> Path:
         return self.home / "data"
 
     @property
-    def log_file(self) -> Path:
-        return self.home / "mariadb.log"
-
-    @property
     def tmpdir(self) -> Path:
         return self.home / "tmp"
 
     @property
-    def pid_file(self) -> Path:
-        return self.home / "mariadb.pid"
-
-    @property
     def socket(self) -> Path:
         return self.home / "mariadb.sock"
-
-    def pid(self) -> int | None:
-        try:
-            return int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def is_running(self) -> bool:
-        return pid_alive(self.pid()) and port_is_open(self.host, self.port)
 
     def server_args(self) -> list[str]:
         return [

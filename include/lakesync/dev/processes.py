@@ -13,7 +13,9 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from lakesync.errors import StackError
 
@@ -101,3 +103,31 @@ def stop_pid(pid: int | None, *, timeout: float = 20.0) -> None:
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+@dataclass
+class LocalServer:
+    """A server of the embedded stack: its folder, where it listens, its pid file and log."""
+
+    home: Path
+    port: int
+    host: str = "127.0.0.1"
+    #: File stem of the pid file and log inside ``home`` (``mariadb.pid``, ``broker.log``).
+    name: ClassVar[str] = "server"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / f"{self.name}.pid"
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def is_running(self) -> bool:
+        return pid_alive(self.pid()) and port_is_open(self.host, self.port)
