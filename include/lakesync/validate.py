@@ -207,6 +207,11 @@ def read_delta_table(uri: str, *, storage_options: dict[str, str] | None = None)
 
     # delta-rs's own reader: pyarrow's dataset reader can abort the interpreter at exit (docs/sink.md).
     table = pa.RecordBatchReader.from_stream(DeltaTable(uri, storage_options=storage_options).scan()).read_all()
+    # its string/binary columns come as view types, which Arrow's filter (take) has no kernel for
+    table = table.cast(pa.schema([
+        f.with_type(pa.string()) if pa.types.is_string_view(f.type)
+        else f.with_type(pa.binary()) if pa.types.is_binary_view(f.type) else f
+        for f in table.schema]))
     if OP in table.column_names:
         table = table.filter(_live_mask(table))
     return table.select([name for name in table.column_names if not name.startswith("_lakesync_")])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from lakesync.envelope import ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
-from lakesync.types import arrow_value_from_json
+from lakesync.types import arrow_table_from_json_rows
 
 POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
 META_COLUMNS = (POS_COLUMN, OP_COLUMN, TS_COLUMN)
@@ -37,23 +37,24 @@ class TableChanges:
         """Columns of ``schema`` (source columns) plus the position, op and source-time columns.
 
         A column the event has but ``schema`` lacks is noted in ``new_columns`` (the caller evolves the
-        table); a column the schema has but the event lacks (a delete's partial image) is null.
+        table); a column the schema has but the event lacks (a delete's partial image) is null. The images
+        are converted column by column (:func:`lakesync.types.arrow_table_from_json_rows`), not value by value.
         """
-        columns: dict[str, list[object]] = {f.name: [] for f in schema}
-        positions, ops, timestamps = [], [], []
-        for event in self.events:
-            image = event.before if event.op == "d" else event.after
-            image = image or {}
-            self.new_columns.update(name for name in image if name not in columns)
-            for target in schema:
-                columns[target.name].append(arrow_value_from_json(target.type, image.get(target.name)))
-            positions.append(event.position.key())
-            ops.append(event.op)
-            timestamps.append(event.ts_ms)
-        arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
-        arrays += [pa.array(positions, pa.string()), pa.array(ops, pa.string()), pa.array(timestamps, pa.int64())]
-        names = [*schema.names, *META_COLUMNS]
-        return pa.Table.from_arrays(arrays, names=names)
+        images = [(event.before if event.op == "d" else event.after) or {} for event in self.events]
+        seen: set[str] = set()
+        for image in images:
+            seen.update(image)
+        self.new_columns.update(seen.difference(schema.names))
+        # nullable: a partial image (a delete carrying only the key) leaves the other columns null
+        table = arrow_table_from_json_rows(pa.schema([f.with_nullable(True) for f in schema]), images)
+        meta = [
+            pa.array([event.position.key() for event in self.events], pa.string()),
+            pa.array([event.op for event in self.events], pa.string()),
+            pa.array([event.ts_ms for event in self.events], pa.int64()),
+        ]
+        for name, column in zip(META_COLUMNS, meta, strict=True):
+            table = table.append_column(name, column)
+        return table
 
 
 @dataclass
