@@ -21,7 +21,7 @@ def _kill_at_a_random_point(kit: FaultPipeline, rng, stream) -> str:
     """Either at a random time after the launch (startup, planning, idle), or just after a batch was planned
     (Spark wrote offsets/<n>: the MERGEs of batch n are running or about to, its commit is not written)."""
     if rng.random() < 0.5:
-        time.sleep(rng.uniform(0.5, 15.0))
+        time.sleep(rng.uniform(0.5, 10.0))
         return "random time"
     started = _batches_started(kit)
     deadline = time.monotonic() + 90
