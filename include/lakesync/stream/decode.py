@@ -12,13 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from lakesync.envelope import ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
+from lakesync.envelope import H_KEY, H_POS, ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
 from lakesync.types import arrow_table_from_json_rows
 
 POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
 META_COLUMNS = (POS_COLUMN, OP_COLUMN, TS_COLUMN)
 CHANGE_OPS = frozenset({"c", "u", "d", "r"})
+#: the headers :func:`lakesync.envelope.decode` and ``decode_schema_change`` read; others are not decoded
+HEADERS_READ = (H_POS, H_KEY)
 
 
 def user_schema(delta_schema: pa.Schema) -> pa.Schema:
@@ -90,6 +93,24 @@ def decode_batch(records: pa.Table, topic_tables: Mapping[str, str], schema_topi
 def _records(records: pa.Table) -> Iterable[tuple[str, bytes | None, list[tuple[str, bytes]]]]:
     topics = records.column("topic").to_pylist()
     values = records.column("value").to_pylist()
-    headers = records.column("headers").to_pylist()
-    for topic, value, header_list in zip(topics, values, headers, strict=True):
-        yield topic, value, [(h["key"], h["value"]) for h in (header_list or [])]
+    headers = _header_columns(records.column("headers"), HEADERS_READ)
+    for index, (topic, value) in enumerate(zip(topics, values, strict=True)):
+        yield topic, value, [(name, column[index]) for name, column in headers.items() if column[index] is not None]
+
+
+def _header_columns(headers: pa.ChunkedArray, names: Iterable[str]) -> dict[str, list[bytes | None]]:
+    """Per record, the value of each header in ``names`` (the last one when a name repeats, as a dict would
+    keep it), picked out column-wise: building every record's whole header list in Python costs more
+    than decoding its JSON value."""
+    array = headers.combine_chunks() if isinstance(headers, pa.ChunkedArray) else headers
+    columns: dict[str, list[bytes | None]] = {}
+    parents = pc.list_parent_indices(array)
+    flat = pc.list_flatten(array)
+    keys, values = flat.field("key"), flat.field("value")
+    for name in names:
+        column: list[bytes | None] = [None] * len(array)
+        found = pc.equal(keys, name)
+        for index, value in zip(parents.filter(found).to_pylist(), values.filter(found).to_pylist(), strict=True):
+            column[index] = value
+        columns[name] = column
+    return columns
