@@ -27,6 +27,7 @@ from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.errors import GapError
 from lakesync.full_load import FullLoad
 from lakesync.relay import Relay, covered_range
+from lakesync.sink import DeltaSink
 from lakesync.source.server_checks import current_position
 from lakesync.stream import app as stream_app
 from lakesync.stream.app import checkpoint_dir, run_stream
@@ -171,13 +172,8 @@ def execute(conn, *statements: str) -> None:
 
 def delta_rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
     """Every column of the target table, lakesync's position columns included, ordered by key."""
-    return sorted(read_table(pipeline, table), key=lambda row: row["id"])
-
-
-def read_table(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
-    from lakesync.sink import DeltaSink
-
-    return DeltaSink(pipeline.delta.table_uri(table), key_columns=["id"]).scan().read_all().to_pylist()
+    rows = DeltaSink(pipeline.delta.table_uri(table), key_columns=["id"]).scan().read_all().to_pylist()
+    return sorted(rows, key=lambda row: row["id"])
 
 
 def test_stream_starting_before_the_full_load_position_changes_nothing(env, mariadb, items, fresh_database, tmp_path,
