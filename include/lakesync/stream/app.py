@@ -171,7 +171,7 @@ class BatchApplier:
             key = event.position.key()
             if table not in self.sinks or self._stopped(table) or table in stop_at or key <= handoff[table]:
                 continue  # not streamed, already stopped, or already part of the full load's schema
-            action = plan_schema_change(event, user_schema(self.schemas[table]))
+            action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name)
             if action.stop_reason:
                 stop_at[table] = (key, action.stop_reason)
             elif action.add:

@@ -26,7 +26,7 @@ from lakesync.types import ColumnSpec, arrow_field
 
 #: SQL type names sqlglot renders differently from information_schema's DATA_TYPE.
 _TYPE_ALIASES = {"boolean": ("tinyint", "tinyint(1)"), "bool": ("tinyint", "tinyint(1)")}
-_RESNAPSHOT = "re-run the full load for this table: `lakesync snapshot --pipeline <pipeline> --tables {table}`"
+_RESNAPSHOT = "re-run the full load for this table: `lakesync snapshot --pipeline {pipeline} --tables {table}`"
 
 
 @dataclass
@@ -49,12 +49,12 @@ def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
     return ColumnSpec(name=name, data_type=data_type, column_type=column_type, nullable=True)
 
 
-def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema) -> SchemaAction:
+def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline: str) -> SchemaAction:
     """Pure: the action one schema event asks of a table whose Delta schema is ``current``."""
     action = SchemaAction()
     if event.kind != "alter_table":
         action.stop_reason = (f"{event.kind.replace('_', ' ')} on the source ({event.ddl!r} at {event.position}); "
-                              + _RESNAPSHOT.format(table=event.table))
+                              + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
         return action
     names = set(current.names)
     for change in event.changes:
@@ -65,14 +65,14 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema) -> SchemaAc
             wanted = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).type
             if wanted != current.field(column).type:
                 action.stop_reason = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which "
-                                      f"the Delta table cannot follow in place; " + _RESNAPSHOT.format(table=event.table))
+                                      f"the Delta table cannot follow in place; " + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
                 return action
         elif kind == "primary_key":
             action.stop_reason = ("the primary key was changed (" + event.ddl.strip()[:200] + "); rows merged by the "
-                                  "old key would be wrong; " + _RESNAPSHOT.format(table=event.table))
+                                  "old key would be wrong; " + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
             return action
         elif kind == "rename":
             action.stop_reason = (f"column {column!r} was renamed to {change.get('new_column')!r}; "
-                                  + _RESNAPSHOT.format(table=event.table))
+                                  + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
             return action
     return action
