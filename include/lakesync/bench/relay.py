@@ -15,9 +15,7 @@ import logging
 import os
 import random
 import resource
-import tempfile
 import time
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from lakesync.bench.harness import bench_stack
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.connections import mysql_connection
 from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID, DevStack
@@ -162,15 +161,7 @@ def run_bench(stack: DevStack, changes: int, *, rounds: int = 2) -> RelayBenchRe
 
 
 def _run(args: argparse.Namespace) -> int:
-    with ExitStack() as cleanup:
-        if args.stack:
-            stack = DevStack(args.stack)
-            stack.up()
-        else:
-            temp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="lakesync-bench-relay-"))
-            stack = DevStack(temp)
-            stack.up()
-            cleanup.callback(stack.down)
+    with bench_stack(args.stack, prefix="lakesync-bench-relay-") as stack:
         result = run_bench(stack, args.changes, rounds=args.rounds)
     if args.json:
         print(json.dumps(asdict(result)))

@@ -30,13 +30,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lakesync.bench.harness import bench_stack
 from lakesync.bench.relay import raw_decode
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.connections import mysql_connection
@@ -367,15 +367,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
 
 
 def _run(args: argparse.Namespace) -> int:
-    with ExitStack() as cleanup:
-        if args.stack:
-            stack = DevStack(args.stack)
-            stack.up()
-        else:
-            temp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="lakesync-bench-stream-"))
-            stack = DevStack(temp)
-            stack.up()
-            cleanup.callback(stack.down)
+    with bench_stack(args.stack, prefix="lakesync-bench-stream-") as stack:
         result = run_bench(stack, args.changes, freshness_seconds=args.freshness_seconds)
     if args.json:
         print(json.dumps(asdict(result)))
