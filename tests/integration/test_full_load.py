@@ -221,10 +221,18 @@ def test_chunked_load_under_concurrent_writes_converges_after_replay(make_pipeli
                 cur.execute("DELETE FROM numbers WHERE id = %s", (1 + (n * 37) % 3000,))
                 cur.execute("INSERT INTO numbers VALUES (%s, %s)", (3000 + n, n))
 
+    writes = iter(range(1, 1000))
+
+    def write_between_chunks(table: str, rows: int, total: int) -> None:
+        # The background writer may not get a commit in between chunk reads on a fast run; one write per
+        # finished chunk guarantees later chunks are read at later positions.
+        with mariadb.connect(database=pipeline.source.database) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE numbers SET v = v + 1000 WHERE id = %s", (2 * next(writes),))
+
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        (result,) = FullLoad(pipeline).run()
+        (result,) = FullLoad(pipeline, on_progress=write_between_chunks).run()
     finally:
         stop.set()
         writer.join()
