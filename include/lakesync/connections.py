@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
 
 from lakesync.config import Pipeline
-from lakesync.errors import ConfigError
+from lakesync.errors import ConfigError, SourceError
+
+if TYPE_CHECKING:
+    import pymysql
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,22 @@ class MySQLConnection:
     def describe(self) -> str:
         """Where, for messages: never the password."""
         return f"{self.user}@{self.host}:{self.port}"
+
+    @contextmanager
+    def connect(self, *, conn_id: str, autocommit: bool = True) -> Iterator[pymysql.connections.Connection]:
+        """A PyMySQL connection, closed on exit; failing to connect is a :class:`SourceError` naming the
+        server and the connection id to check (never the password)."""
+        import pymysql  # not at import time: DAG files import this module while Airflow parses them
+
+        try:
+            conn = pymysql.connect(**self.pymysql_kwargs(), autocommit=autocommit)  # type: ignore[arg-type]
+        except pymysql.MySQLError as exc:
+            raise SourceError(f"cannot connect to the source {self.describe()}: {exc}",
+                              hint=f"check the Airflow connection {conn_id!r}") from exc
+        try:
+            yield conn
+        finally:
+            conn.close()
 
 
 def _env_name(conn_id: str) -> str:

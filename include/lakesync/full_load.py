@@ -60,10 +60,10 @@ from lakesync.source.table_reader import (
     plan_ranges,
     rows_per_read,
 )
+from lakesync.table_layout import OP, POS, TS
 
 log = logging.getLogger(__name__)
 
-POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
 SNAPSHOT_OP = "r"
 #: Delta table settings every lakesync table gets (the stream and the nightly validation read the feed).
 TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
@@ -93,8 +93,8 @@ class TableResult:
 # -- the rows as Delta stores them ----------------------------------------------------------------------------
 def delta_schema(source_schema: pa.Schema) -> pa.Schema:
     """The source columns plus the position columns the sink compares (see :mod:`lakesync.positions`)."""
-    return source_schema.append(pa.field(POS_COLUMN, pa.string(), nullable=False)).append(
-        pa.field(OP_COLUMN, pa.string(), nullable=False)).append(pa.field(TS_COLUMN, pa.int64(), nullable=False))
+    return source_schema.append(pa.field(POS, pa.string(), nullable=False)).append(
+        pa.field(OP, pa.string(), nullable=False)).append(pa.field(TS, pa.int64(), nullable=False))
 
 
 class RowTagger:
@@ -212,7 +212,7 @@ def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, 
         # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
         # time and, for mostly unique values, makes the file bigger, not smaller.
         with filesystem.open_output_stream(f"{root}/{name}") as sink, \
-                pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS_COLUMN, OP_COLUMN]) as writer:
+                pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS, OP]) as writer:
             for part in parts:
                 writer.write_table(part)
                 stats.add(part)
@@ -238,7 +238,7 @@ def load_chunk(task: ChunkTask) -> ChunkDone:
             tag = RowTagger(schema, position, task.ts_ms)
             parts = (tag(part) for part in _read_chunk(conn, reader, task.key_range))
             name, size, rows, stats = write_part(task.table_uri, schema, parts,
-                                                 stats_columns=[*task.shape.key_columns, POS_COLUMN])
+                                                 stats_columns=[*task.shape.key_columns, POS])
     finally:
         conn.close()
     return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=size, rows=rows,
@@ -442,7 +442,7 @@ class FullLoad:
         reader = RangeReader(shape)
         schema = delta_schema(reader.schema)
         uri = self.pipeline.delta.table_uri(shape.name)
-        stats_columns = [*shape.key_columns, POS_COLUMN]
+        stats_columns = [*shape.key_columns, POS]
 
         tag = RowTagger(schema, snapshot.position, ts_ms)
 

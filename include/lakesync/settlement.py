@@ -22,8 +22,8 @@ history shows every settled interval once; a re-run that finds no difference com
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -128,20 +128,8 @@ def settlement_tables(pipeline: Pipeline, tables: Sequence[str]) -> list[str]:
     return [t for t in tables if pipeline.tables.selects(t) and pipeline.tables.settings_for(t).watermark]
 
 
-@contextmanager
-def _connect(pipeline: Pipeline) -> Iterator[Any]:
-    connection = mysql_connection(pipeline)
-    try:
-        conn = pymysql.connect(**connection.pymysql_kwargs(), autocommit=True)  # type: ignore[arg-type]
-    except pymysql.MySQLError as exc:
-        raise SourceError(
-            f"cannot connect to the source {connection.describe()}: {exc}",
-            hint=f"check the Airflow connection {pipeline.source.conn_id!r}",
-        ) from exc
-    try:
-        yield conn
-    finally:
-        conn.close()
+def _connect(pipeline: Pipeline) -> AbstractContextManager[Any]:
+    return mysql_connection(pipeline).connect(conn_id=pipeline.source.conn_id)
 
 
 def _open_source(conn: Any, pipeline: Pipeline, table: str) -> _Source:

@@ -32,9 +32,8 @@ from lakesync.config import Pipeline
 from lakesync.errors import LakesyncError
 from lakesync.load_state import LoadState
 from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.table_layout import POS
 from lakesync.validation_store import last_results
-
-POS = "_lakesync_pos"
 
 
 def _iso_ms(ms: int | None) -> str | None:

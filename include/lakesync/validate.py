@@ -53,6 +53,7 @@ from lakesync.positions import MIN_KEY
 from lakesync.source.schema import read_table_columns
 from lakesync.source.table_reader import KeyRange, RangeReader, TableShape, describe_table, rows_per_read
 from lakesync.stream.progress import StreamProgress
+from lakesync.table_layout import DELETE_OP, OP, POS, TS
 from lakesync.types import (
     SNAPSHOT_TIME_ZONE_SQL,
     arrow_schema,
@@ -63,8 +64,6 @@ from lakesync.types import (
 
 log = logging.getLogger(__name__)
 
-POS, OP, TS = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
-DELETE_OP = "d"
 FETCH_ROWS = 50_000
 SAMPLE_KEYS = 10
 #: Rows per chunk unless the pipeline says otherwise (``snapshot.chunk_rows`` caps it too).

@@ -8,8 +8,7 @@ connection itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,6 @@ from airflow.sdk import BaseHook
 
 from lakesync.config import Pipeline, load_pipeline
 from lakesync.connections import MySQLConnection, mysql_connection_from_fields
-from lakesync.errors import SourceError
 
 if TYPE_CHECKING:
     import pymysql
@@ -45,23 +43,9 @@ class LakesyncHook(BaseHook):
                   "schema": conn.schema}
         return mysql_connection_from_fields(fields, conn_id=conn_id, ssl=self.pipeline.source.ssl)
 
-    @contextmanager
-    def source_connection(self) -> Iterator[pymysql.connections.Connection]:
+    def source_connection(self) -> AbstractContextManager[pymysql.connections.Connection]:
         """An autocommit PyMySQL connection to the source, closed on exit."""
-        import pymysql
-
-        settings = self.source()
-        try:
-            conn = pymysql.connect(**settings.pymysql_kwargs(), autocommit=True)  # type: ignore[arg-type]
-        except pymysql.MySQLError as exc:
-            raise SourceError(
-                f"cannot connect to the source {settings.describe()}: {exc}",
-                hint=f"check the Airflow connection {self.pipeline.source.conn_id!r}",
-            ) from exc
-        try:
-            yield conn
-        finally:
-            conn.close()
+        return self.source().connect(conn_id=self.pipeline.source.conn_id)
 
     def delta_uri(self, table: str) -> str:
         return self.pipeline.delta.table_uri(table)

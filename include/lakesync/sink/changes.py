@@ -16,22 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesync.errors import SinkError
+from lakesync.table_layout import DELETE_OP, DELETED_MS, META_COLUMNS, OP, POS, TS
 
-#: The source position of the change (:meth:`lakesync.positions.SourcePosition.key`).
-POS = "_lakesync_pos"
-#: ``r`` snapshot read, ``c`` create, ``u`` update, ``d`` delete (``d`` only in changes and append logs).
-OP = "_lakesync_op"
-#: The source commit time of the change, in milliseconds since the epoch.
-TS = "_lakesync_ts_ms"
-#: When the delete happened at the source (ms); tombstones older than the retention horizon are purged.
-DELETED_MS = "_lakesync_deleted_ms"
-
-META_COLUMNS = (POS, OP, TS)
 META_FIELDS = (pa.field(POS, pa.string(), nullable=False), pa.field(OP, pa.string(), nullable=False),
                pa.field(TS, pa.int64()))
 RESERVED_COLUMNS = frozenset((*META_COLUMNS, DELETED_MS))
 UPSERT_OPS = ("r", "c", "u")
-DELETE_OP = "d"
 _TOMB_POS = "_lakesync_tombstone_pos"
 
 

@@ -15,10 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesync.envelope import H_KEY, H_POS, ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
+from lakesync.table_layout import META_COLUMNS
 from lakesync.types import arrow_table_from_json_rows
 
-POS_COLUMN, OP_COLUMN, TS_COLUMN = "_lakesync_pos", "_lakesync_op", "_lakesync_ts_ms"
-META_COLUMNS = (POS_COLUMN, OP_COLUMN, TS_COLUMN)
 CHANGE_OPS = frozenset({"c", "u", "d", "r"})
 #: the headers :func:`lakesync.envelope.decode` and ``decode_schema_change`` read; others are not decoded
 HEADERS_READ = (H_POS, H_KEY)
