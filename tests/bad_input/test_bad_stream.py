@@ -55,7 +55,7 @@ def test_truncate_drop_and_primary_key_change_stop_their_tables_and_the_others_g
     assert "the primary key was changed" in stopped["t_pk"]
     assert "drop table on the source" in stopped["t_drop"]
     for table in ("t_trunc", "t_pk", "t_drop"):
-        assert f"lakesync snapshot --pipeline <pipeline> --tables {table}" in stopped[table]
+        assert f"lakesync snapshot --pipeline {pipeline.name} --tables {table}" in stopped[table]
         assert _ids(lab, table) == [1, 2, 3], f"{table} holds exactly the rows before the statement"
     assert stopped.get("t_keep") is None and _ids(lab, "t_keep") == [1, 2, 3]
     shown = {t["table"]: t["stream"] for t in pipeline_status(pipeline, relay=False)["tables"]}
