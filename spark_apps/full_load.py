@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.config import load_pipeline
 from lakesync.full_load import FullLoad, SparkChunkRunner
 from lakesync.spark_session import run_spark_app
@@ -20,9 +21,8 @@ from lakesync.spark_session import run_spark_app
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="lakesync full load (Spark)")
-    parser.add_argument("--pipeline", required=True)
-    parser.add_argument("--pipelines-dir")
-    parser.add_argument("--tables", help="comma-separated table names")
+    add_pipeline_arguments(parser)
+    parser.add_argument("--tables", type=table_list, help="comma-separated table names")
     parser.add_argument("--mode", choices=("consistent", "chunked"))
     parser.add_argument("--connections", type=int, default=2)
     parser.add_argument("--restart", action="store_true")
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work(spark):
         pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-        tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
-        load = FullLoad(pipeline, tables=tables, mode=args.mode, connections=args.connections,
+        load = FullLoad(pipeline, tables=args.tables, mode=args.mode, connections=args.connections,
                         restart=args.restart, chunk_runner=SparkChunkRunner(spark))
         for result in load.run():
             yield {"table": result.table, "rows": result.rows, "seconds": round(result.seconds, 3),

@@ -15,6 +15,7 @@ import json
 import sys
 from datetime import datetime
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.config import load_pipeline
 from lakesync.errors import LakesyncError
 from lakesync.settlement import settle_pipeline
@@ -26,16 +27,14 @@ def _when(text: str) -> datetime:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="lakesync settlement of one data interval")
-    parser.add_argument("--pipeline", required=True)
-    parser.add_argument("--pipelines-dir")
+    add_pipeline_arguments(parser)
     parser.add_argument("--interval-start", type=_when, required=True)
     parser.add_argument("--interval-end", type=_when, required=True)
-    parser.add_argument("--tables", help="comma-separated tables (default: every table with a watermark)")
+    parser.add_argument("--tables", type=table_list, help="comma-separated tables (default: every table with a watermark)")
     args = parser.parse_args(argv)
     try:
         pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-        tables = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else list(
-            pipeline.tables.overrides)
+        tables = args.tables or list(pipeline.tables.overrides)
         for result in settle_pipeline(pipeline, tables, interval_start=args.interval_start,
                                       interval_end=args.interval_end):
             print(json.dumps(result.as_dict(), default=str))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.config import load_pipeline
 from lakesync.spark_session import run_spark_app
 from lakesync.stream.app import run_stream
@@ -19,16 +20,14 @@ from lakesync.stream.app import run_stream
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="lakesync stream (Spark Structured Streaming, Kafka -> Delta)")
-    parser.add_argument("--pipeline", required=True)
-    parser.add_argument("--pipelines-dir")
-    parser.add_argument("--tables", help="comma-separated table names (default: every fully loaded table)")
+    add_pipeline_arguments(parser)
+    parser.add_argument("--tables", type=table_list, help="comma-separated table names (default: every fully loaded table)")
     parser.add_argument("--once", action="store_true", help="process what is there now and exit (availableNow)")
     args = parser.parse_args(argv)
 
     def work(spark):
         pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-        tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
-        summary = run_stream(pipeline, once=args.once, tables=tables, spark=spark)
+        summary = run_stream(pipeline, once=args.once, tables=args.tables, spark=spark)
         yield {"batches": summary.batches, "changes": summary.changes, "tables": summary.tables}
 
     return run_spark_app(f"lakesync-stream-{args.pipeline}", work)

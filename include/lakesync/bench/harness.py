@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,3 +26,8 @@ def bench_stack(state_dir: str | None, *, prefix: str) -> Iterator[DevStack]:
             yield stack
         finally:
             stack.down()
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

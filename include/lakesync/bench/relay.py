@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import random
-import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from lakesync.bench.harness import bench_stack
+from lakesync.bench.harness import bench_stack, peak_rss_mb
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.connections import mysql_connection
 from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID, DevStack
@@ -54,10 +53,6 @@ class RelayBenchResult:
     peak_rss_mb: float
     relay_seconds: float
     raw_decode_seconds: float
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def generate_changes(conn: Any, database: str, changes: int) -> int:
@@ -154,7 +149,7 @@ def run_bench(stack: DevStack, changes: int, *, rounds: int = 2) -> RelayBenchRe
         relay_changes_per_s=round(relay_rate, 1),
         raw_decode_changes_per_s=round(raw_rate, 1),
         ratio_vs_raw_decode=round(relay_rate / raw_rate, 3),
-        peak_rss_mb=round(_peak_rss_mb(), 1),
+        peak_rss_mb=round(peak_rss_mb(), 1),
         relay_seconds=round(relay_seconds, 3),
         raw_decode_seconds=round(raw_seconds, 3),
     )

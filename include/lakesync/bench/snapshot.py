@@ -35,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from lakesync.bench.harness import peak_rss_mb
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.demo.database import create_demo_database, seed_transactions
 from lakesync.dev.stack import MYSQL_CONN_ID, STATE_DIR_ENV, DevStack
@@ -64,10 +65,6 @@ class SnapshotBenchResult:
     lakesync_cpu_s: float
     client_dump_cpu_s: float
     spark_jdbc_cpu_s: float
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @dataclass(frozen=True)
@@ -168,7 +165,7 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mo
             client_runs.append(_measured(lambda: client_dump(stack, database), server))
             our_runs.append(_measured(lambda: lakesync_load(pipeline, mode), server))
         client, ours = _fastest(client_runs), _fastest(our_runs)
-        peak_rss = _peak_rss_mb()
+        peak_rss = peak_rss_mb()
         spark = _spark_session()
         jvm = [spark.sparkContext._gateway.proc.pid]
         target = str(work_dir / "spark_jdbc" / TABLE)

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import resource
 import shutil
 import tempfile
 import threading
@@ -36,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from lakesync.bench.harness import bench_stack
+from lakesync.bench.harness import bench_stack, peak_rss_mb
 from lakesync.bench.relay import raw_decode
 from lakesync.config import Pipeline, parse_pipeline
 from lakesync.connections import mysql_connection
@@ -361,7 +360,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
         stream_runs=runs,
         freshness_changes=made,
         freshness_load_changes_per_s=round(load_rate, 1),
-        driver_peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        driver_peak_rss_mb=round(peak_rss_mb(), 1),
         delta_rows_match_source=rows_match,
     )
 

@@ -7,6 +7,7 @@ import logging
 import signal
 from types import FrameType
 
+from lakesync.cli.arguments import add_pipeline_arguments
 from lakesync.config import load_pipeline
 from lakesync.positions import SourcePosition
 
@@ -53,9 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "relay", help="stream binlog changes to Kafka (the pipeline's relay)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--pipeline", required=True, metavar="NAME", help="pipeline name (include/pipelines/NAME.yaml)")
-    parser.add_argument("--pipelines-dir", metavar="DIR", help="folder of pipeline files (default: include/pipelines "
-                        "or $LAKESYNC_PIPELINES_DIR)")
+    add_pipeline_arguments(parser)
     parser.add_argument("--from-position", metavar="FILE:POS",
                         help="start here instead of the stored progress, e.g. binlog.000003:1542 (a transaction "
                         "boundary, as SHOW MASTER STATUS prints it)")

@@ -12,6 +12,7 @@ from datetime import datetime
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.config import load_pipeline
 from lakesync.errors import ConfigError
 from lakesync.settlement_windows import schedule_intervals
@@ -43,14 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "settle", help="settlement sync: data intervals of watermarked tables into Delta, idempotently",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--pipeline", required=True, help="pipeline name (include/pipelines/<name>.yaml)")
-    parser.add_argument("--pipelines-dir", help="folder of pipeline files (default: $LAKESYNC_PIPELINES_DIR "
-                                                "or ./include/pipelines)")
+    add_pipeline_arguments(parser)
     parser.add_argument("--from", dest="start", type=_when, required=True,
                         help="range start (ISO 8601 with zone); the first interval starts at or after it")
     parser.add_argument("--to", dest="end", type=_when, required=True,
                         help="range end (ISO 8601 with zone); the last interval ends at or before it")
-    parser.add_argument("--tables", help="comma-separated tables (default: every table with a watermark)")
+    parser.add_argument("--tables", type=table_list, help="comma-separated tables (default: every table with a watermark)")
     parser.set_defaults(func=_run)
 
 
@@ -58,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakesync.settlement import settle_pipeline, settlement_tables  # heavy: only when the command runs
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-    wanted = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else list(pipeline.tables.overrides)
+    wanted = args.tables or list(pipeline.tables.overrides)
     tables = settlement_tables(pipeline, wanted)
     if not tables:
         raise ConfigError(f"pipeline {pipeline.name!r} has no table with a watermark among {', '.join(wanted)}",

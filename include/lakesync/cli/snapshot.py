@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.table import Table
 from rich.text import Text
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.config import load_pipeline
 
 if TYPE_CHECKING:
@@ -42,10 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "snapshot", help="full load: the pipeline's tables into Delta, with their binlog position",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--pipeline", required=True, help="pipeline name (include/pipelines/<name>.yaml)")
-    parser.add_argument("--pipelines-dir", help="folder of pipeline files (default: $LAKESYNC_PIPELINES_DIR "
-                                                "or ./include/pipelines)")
-    parser.add_argument("--tables", help="comma-separated tables to load (default: all the pipeline selects)")
+    add_pipeline_arguments(parser)
+    parser.add_argument("--tables", type=table_list, help="comma-separated tables to load (default: all the pipeline selects)")
     parser.add_argument("--mode", choices=("consistent", "chunked"),
                         help="snapshot mode (default: snapshot.mode of the pipeline)")
     parser.add_argument("--connections", type=int, default=2,
@@ -59,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakesync.full_load import FullLoad  # heavy (pyarrow, Spark glue): only when the command runs
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-    tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
+    tables = args.tables
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), TextColumn("{task.completed:>12,} rows"),
                         _RowsPerSecond(), TimeRemainingColumn(), console=console, transient=False)

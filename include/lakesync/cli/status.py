@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.arguments import add_pipeline_arguments
+
 DESCRIPTION = """\
 Show a pipeline's state per table: semantics and key, the full load (rows, position), the stream (applied
 position, lag, rows in the last batch, why it stopped), the Delta table (version, files) and the last
@@ -23,7 +25,7 @@ never connects to the source database.
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("status", help="what a pipeline is doing, table by table",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", required=True, help="pipeline name (include/pipelines/<name>.yaml)")
+    add_pipeline_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--no-relay", action="store_true", help="don't read the relay's progress from the broker")
     parser.set_defaults(func=run)
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from lakesync.config import load_pipeline
     from lakesync.status import pipeline_status
 
-    status = pipeline_status(load_pipeline(args.pipeline), relay=not args.no_relay)
+    status = pipeline_status(load_pipeline(args.pipeline, args.pipelines_dir), relay=not args.no_relay)
     if args.json:
         json.dump(status, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
+
 DESCRIPTION = """\
 Read the pipeline's table topics with Spark Structured Streaming and MERGE each change into its Delta
 table: a change applies only when its source position is newer than the row's, deletes leave tombstones,
@@ -23,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakesync.stream.app import run_stream
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
-    tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
+    tables = args.tables
     summary = run_stream(pipeline, once=args.once, tables=tables, timeout_seconds=args.timeout)
     per_table = ", ".join(f"{name} {count}" for name, count in sorted(summary.tables.items())) or "no changes"
     print(f"applied {summary.changes} changes in {summary.batches} batches ({per_table})")
@@ -33,9 +35,8 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("stream", help="merge the Kafka change log into Delta (Spark)",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", required=True, metavar="NAME", help="pipeline name (include/pipelines/NAME.yaml)")
-    parser.add_argument("--pipelines-dir", metavar="DIR", help="folder of pipeline files")
-    parser.add_argument("--tables", metavar="A,B", help="only these tables (default: every fully loaded table)")
+    add_pipeline_arguments(parser)
+    parser.add_argument("--tables", type=table_list, metavar="A,B", help="only these tables (default: every fully loaded table)")
     parser.add_argument("--once", action="store_true", help="process what is in Kafka now, then exit")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="continuous mode: stop after this many seconds (default: run until Ctrl-C)")

@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S, ValidationReport
 
 DESCRIPTION = """\
@@ -28,8 +29,8 @@ Exit code: 0 when every table matches, 3 when a table differs or could not be co
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("validate", help="compare source and Delta table by table",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", required=True, help="pipeline name (include/pipelines/<name>.yaml)")
-    parser.add_argument("--tables", help="comma-separated table names (default: every table the pipeline selects)")
+    add_pipeline_arguments(parser)
+    parser.add_argument("--tables", type=table_list, help="comma-separated table names (default: every table the pipeline selects)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--settle-timeout", type=float, default=DEFAULT_SETTLE_TIMEOUT_S, metavar="SECONDS",
                         help="how long, per table, to wait in all for the stream to catch up before re-checking "
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from lakesync.config import load_pipeline
     from lakesync.validate import validate_pipeline
 
-    pipeline = load_pipeline(args.pipeline)
-    tables = [name.strip() for name in args.tables.split(",") if name.strip()] if args.tables else None
+    pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
+    tables = args.tables
     console = Console(stderr=True)
     with console.status("validating...") as status:
         report = validate_pipeline(
