@@ -30,9 +30,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.lakesync-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devkit/pyproject.toml -nt "$stamp" ]; then
   echo "==> installing lakesync and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test]" -e ./devkit
   touch "$stamp"
 fi

@@ -14,9 +14,9 @@ import argparse
 import sys
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.config import load_pipeline
-from lakesync.full_load import FullLoad, SparkChunkRunner
-from lakesync.spark_session import run_spark_app
+from lakesync.core.config import load_pipeline
+from lakesync.full_load.load import FullLoad, SparkChunkRunner
+from lakesync.spark.session import run_spark_app
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,9 +16,9 @@ import sys
 from datetime import datetime
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.config import load_pipeline
-from lakesync.errors import LakesyncError
-from lakesync.settlement import settle_pipeline
+from lakesync.core.config import load_pipeline
+from lakesync.core.errors import LakesyncError
+from lakesync.settlement.sync import settle_pipeline
 
 
 def _when(text: str) -> datetime:

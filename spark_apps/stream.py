@@ -13,8 +13,8 @@ import argparse
 import sys
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.config import load_pipeline
-from lakesync.spark_session import run_spark_app
+from lakesync.core.config import load_pipeline
+from lakesync.spark.session import run_spark_app
 from lakesync.stream.app import run_stream
 
 

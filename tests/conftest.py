@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from lakesync.dev.stack import DevStack
+from lakesync_devkit.dev.stack import DevStack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Spark's Python workers must run the venv's interpreter, or they won't find lakesync and its packages.
@@ -55,7 +54,7 @@ def fresh_database(mariadb) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark():
     """A local Spark session (2 cores), shared by the session's Spark tests."""
-    from lakesync.spark_session import build_spark_session
+    from lakesync.spark.session import build_spark_session
 
     session = build_spark_session("lakesync-tests")
     yield session

@@ -3,7 +3,7 @@
 The relay reads the binlog as a replica does, so while it works the source shows a ``Binlog Dump`` (or
 ``Binlog Dump GTID``) thread of the lakesync account. An account without the PROCESS privilege sees exactly
 its own threads in SHOW PROCESSLIST, so this probe needs no grant beyond LAKESYNC_GRANTS. It resolves the
-pipeline and its connection the way the relay does (lakesync.config, lakesync.connections), so it checks the
+pipeline and its connection the way the relay does (lakesync.core.config, lakesync.core.connections), so it checks the
 relay's real configuration. Exit 0 when such a thread exists, 1 (with the reason on stderr) when not.
 
 Usage: python relay_streaming.py PIPELINE
@@ -15,9 +15,9 @@ import sys
 
 import pymysql
 
-from lakesync.config import load_pipeline
-from lakesync.connections import mysql_connection
-from lakesync.errors import LakesyncError
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import mysql_connection
+from lakesync.core.errors import LakesyncError
 
 
 def main(pipeline_name: str) -> int:

@@ -6,12 +6,12 @@ statistics, no data scan) and the stream's progress file (which also counts dele
 
 from __future__ import annotations
 
-from lakesync.config import Pipeline
+from lakesync.core.config import Pipeline
 
 
 def applied_positions(pipeline: Pipeline, tables: list[str]) -> dict[str, str | None]:
     """Per table, the newest source position the target reflects (None: nothing applied yet)."""
-    from lakesync.status import delta_summary
+    from lakesync.monitoring.status import delta_summary
     from lakesync.stream.progress import StreamProgress
 
     progress = StreamProgress.load(pipeline.pipeline_state_dir).tables

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from airflow.sdk import Asset, AssetAlias, Context
 
-from lakesync.config import Pipeline
+from lakesync.core.config import Pipeline
 
 
 def table_uri(pipeline: Pipeline, table: str) -> str:

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
-from lakesync.config import Pipeline, load_pipeline_file, pipeline_files, pipelines_dir
-from lakesync.errors import ConfigError
+from lakesync.core.config import Pipeline, load_pipeline_file, pipeline_files, pipelines_dir
+from lakesync.core.errors import ConfigError
 from lakesync_airflow.assets import table_asset, tables_alias
 from lakesync_airflow.operators import (
     CheckSourceOperator,

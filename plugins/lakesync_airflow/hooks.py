@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from lakesync.config import Pipeline, load_pipeline
-from lakesync.connections import MySQLConnection, mysql_connection_from_fields
+from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.connections import MySQLConnection, mysql_connection_from_fields
 
 if TYPE_CHECKING:
     import pymysql
@@ -70,7 +70,7 @@ class LakesyncHook(BaseHook):
         The stream has caught up with a table once it applied that position (or a newer one)."""
         from confluent_kafka import TopicPartition
 
-        from lakesync.kafka_offsets import list_partitions, offset_consumer, true_end_offsets
+        from lakesync.kafka.offsets import list_partitions, offset_consumer, true_end_offsets
 
         topics = {self.pipeline.topic(table): table for table in tables}
         consumer = offset_consumer(self.kafka_config())

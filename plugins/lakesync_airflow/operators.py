@@ -6,14 +6,17 @@ is imported whenever the DAG file is parsed.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator, Context
 
-from lakesync.errors import ConfigError
+from lakesync.core.connections import SPARK_CONN_ID
+from lakesync.core.errors import ConfigError
 from lakesync_airflow.assets import emit_table_assets
 from lakesync_airflow.hooks import LakesyncHook
 
@@ -41,6 +44,16 @@ class CheckSourceOperator(BaseOperator):
         return {"position": position.key()}
 
 
+def spark_apps_dir() -> Path:
+    """Where the ``spark_apps/`` entry points are: ``$LAKESYNC_SPARK_APPS_DIR``, else ``$LAKESYNC_REPO/spark_apps``,
+    else the ``spark_apps/`` beside this plugins folder (the project's layout, which compose mounts as is)."""
+    explicit = os.environ.get("LAKESYNC_SPARK_APPS_DIR")
+    if explicit:
+        return Path(explicit)
+    repo = os.environ.get("LAKESYNC_REPO")
+    return Path(repo) / "spark_apps" if repo else Path(__file__).resolve().parents[2] / "spark_apps"
+
+
 def _selected_tables(context: Context) -> list[str]:
     """The trigger form's ``tables`` param: a list, or a comma-separated string; empty means all."""
     raw = context["params"].get("tables") or []
@@ -52,11 +65,9 @@ class LakesyncSparkSubmitOperator(SparkSubmitOperator):
     """``spark-submit spark_apps/<app>.py --pipeline <p> [...]`` with the stack's Spark connection."""
 
     def __init__(self, *, pipeline: str, app: str, extra_args: Sequence[str] = (), **kwargs: Any) -> None:
-        from lakesync.dev.airflow_home import SPARK_CONN_ID, repo_root
-
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         kwargs.setdefault("name", f"lakesync-{pipeline}-{app}")
-        super().__init__(application=str(repo_root() / "spark_apps" / f"{app}.py"),
+        super().__init__(application=str(spark_apps_dir() / f"{app}.py"),
                          application_args=["--pipeline", pipeline, *extra_args], **kwargs)
         self.pipeline = pipeline
 
@@ -75,7 +86,7 @@ class FullLoadOperator(LakesyncSparkSubmitOperator):
             *(["--mode", mode] if mode else []), *(["--restart"] if context["params"].get("restart") else []),
         ]
         super().execute(context)
-        from lakesync.load_state import LoadState
+        from lakesync.full_load.state import LoadState
 
         hook = LakesyncHook(self.pipeline)
         state = LoadState.for_pipeline_dir(hook.pipeline.pipeline_state_dir)
@@ -108,7 +119,7 @@ class HandoffOperator(BaseOperator):
         self.pipeline = pipeline
 
     def execute(self, context: Context) -> dict[str, str]:
-        from lakesync.load_state import LoadState
+        from lakesync.full_load.state import LoadState
         from lakesync.relay import covered_range
         from lakesync.stream.handoff import check_coverage
 
@@ -129,7 +140,7 @@ class HandoffOperator(BaseOperator):
 
 
 class ValidateTablesOperator(BaseOperator):
-    """Compare source and Delta table by table (``lakesync.validate.validate_pipeline``: counts, row
+    """Compare source and Delta table by table (``lakesync.validation.validate.validate_pipeline``: counts, row
     fingerprints, differing keys, tolerant of changes still in flight) and record the run for the status view.
 
     The validation library resolves the source from the ``AIRFLOW_CONN_*`` environment, not through the hook."""
@@ -139,7 +150,7 @@ class ValidateTablesOperator(BaseOperator):
         self.pipeline = pipeline
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from lakesync.validate import validate_pipeline
+        from lakesync.validation.validate import validate_pipeline
 
         report = validate_pipeline(LakesyncHook(self.pipeline).pipeline, tables=_selected_tables(context) or None,
                                    store=True)
@@ -161,7 +172,7 @@ class SettleIntervalOperator(BaseOperator):
         self.table = table
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from lakesync.settlement import settle_table, validate_interval
+        from lakesync.settlement.sync import settle_table, validate_interval
 
         start, end = context["data_interval_start"], context["data_interval_end"]
         if start is None or end is None or start >= end:

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
 
-from lakesync.errors import GapError
+from lakesync.core.errors import GapError
 from lakesync_airflow.triggers import StreamCaughtUpTrigger
 
 

@@ -1,4 +1,4 @@
-"""The status view's data: :func:`lakesync.status.pipeline_status` plus each table's last settled interval.
+"""The status view's data: :func:`lakesync.monitoring.status.pipeline_status` plus each table's last settled interval.
 
 The library gives applied position, lag, last full load and last validation per table; the settlement
 commits (found by their begin/end markers in the Delta history) add which interval was settled last.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakesync.config import Pipeline
-from lakesync.settlement_windows import PROP_PREFIX
-from lakesync.status import pipeline_status as library_status
+from lakesync.core.config import Pipeline
+from lakesync.monitoring.status import pipeline_status as library_status
+from lakesync.settlement.windows import PROP_PREFIX
 
 _START = f"{PROP_PREFIX}interval_start"
 

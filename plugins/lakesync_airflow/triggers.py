@@ -29,7 +29,7 @@ class StreamCaughtUpTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from lakesync.config import load_pipeline
+        from lakesync.core.config import load_pipeline
         from lakesync_airflow.applied import applied_positions, lagging
 
         pipeline = load_pipeline(self.pipeline)

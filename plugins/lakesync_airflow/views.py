@@ -14,8 +14,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from lakesync.config import load_pipeline_file, pipeline_files
-from lakesync.errors import LakesyncError
+from lakesync.core.config import load_pipeline_file, pipeline_files
+from lakesync.core.errors import LakesyncError
 from lakesync_airflow.status import pipeline_status
 
 app = FastAPI(title="lakesync status", description="Pipelines, tables, applied positions and lag")

@@ -15,11 +15,11 @@ from typing import Any
 import pyarrow as pa
 import yaml
 from deltalake import DeltaTable
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import Pipeline, load_pipeline
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
-from lakesync.load_state import LoadState
-from lakesync.positions import SourcePosition
+from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.positions import SourcePosition
+from lakesync.full_load.state import LoadState
 
 Rows = list[tuple[Any, ...]]
 
@@ -100,7 +100,7 @@ class Lab:
                 cur.execute(statement)
 
     def full_load(self, pipeline: Pipeline, **kwargs: Any) -> Any:
-        from lakesync.full_load import FullLoad
+        from lakesync.full_load.load import FullLoad
 
         return FullLoad(pipeline, **kwargs).run()
 

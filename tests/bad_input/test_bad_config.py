@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lakesync.config import load_pipeline
-from lakesync.connections import kafka_client_config, mysql_connection
-from lakesync.errors import ConfigError
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import kafka_client_config, mysql_connection
+from lakesync.core.errors import ConfigError
 from tests.bad_input.badkit import base_document, write_pipeline
 
 pytestmark = pytest.mark.bad_input

@@ -19,11 +19,11 @@ from decimal import Decimal
 import psutil
 import pytest
 
-from lakesync.errors import BrokerError
-from lakesync.kafka_offsets import offset_consumer, true_end_offsets
+from lakesync.core.errors import BrokerError
+from lakesync.kafka.offsets import offset_consumer, true_end_offsets
+from lakesync.monitoring.status import pipeline_status
 from lakesync.source.server_checks import current_position
-from lakesync.status import pipeline_status
-from lakesync.validate import validate_pipeline
+from lakesync.validation.validate import validate_pipeline
 from tests.bad_input.badkit import Lab, delta_rows
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.integration]

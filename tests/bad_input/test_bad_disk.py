@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.errors import LakesyncError
+from lakesync.core.errors import LakesyncError
 from tests.bad_input.badkit import Lab, done_tables
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.integration]

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from lakesync.errors import BinlogPurgedError, ConfigError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import BinlogPurgedError, ConfigError, SourceError
+from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import check_binlog_settings, current_position, server_variables
 from tests.bad_input.badkit import Lab, delta_state, done_tables
 

@@ -12,11 +12,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from lakesync.errors import GapError, LakesyncError, SchemaChangeError, ValidationMismatch
+from lakesync.core.errors import GapError, LakesyncError, SchemaChangeError, ValidationMismatch
+from lakesync.monitoring.status import pipeline_status
 from lakesync.source.server_checks import current_position
-from lakesync.status import pipeline_status
 from lakesync.stream.progress import StreamProgress
-from lakesync.validate import validate_pipeline
+from lakesync.validation.validate import validate_pipeline
 from tests.bad_input.badkit import Lab, delta_rows, delta_state
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.integration]

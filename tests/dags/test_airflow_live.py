@@ -21,10 +21,9 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
-
-from lakesync.demo.database import create_demo_database
-from lakesync.dev.airflow_runner import AirflowRunner
-from lakesync.dev.processes import free_port
+from lakesync_devkit.demo.database import create_demo_database
+from lakesync_devkit.dev.airflow_runner import AirflowRunner
+from lakesync_devkit.dev.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

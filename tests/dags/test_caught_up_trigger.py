@@ -8,8 +8,7 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import write_deltalake
-
-from lakesync.dev.airflow_runner import AirflowRunner
+from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
 _RUN_TRIGGER = """
 import asyncio, json, sys

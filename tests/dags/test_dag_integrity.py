@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from lakesync.dev.airflow_home import repo_root
-from lakesync.dev.airflow_runner import AirflowRunner
+from lakesync_devkit.dev.airflow_home import repo_root
+from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
 HEAVY = ("pyspark", "deltalake", "pymysql", "confluent_kafka", "pandas")
 

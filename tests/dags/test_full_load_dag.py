@@ -12,9 +12,8 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
-
-from lakesync.demo.database import create_demo_database, seed_demo_data
-from lakesync.dev.airflow_runner import AirflowRunner
+from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
+from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

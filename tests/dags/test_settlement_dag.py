@@ -9,9 +9,8 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
-
-from lakesync.demo.database import create_demo_database
-from lakesync.dev.airflow_runner import AirflowRunner
+from lakesync_devkit.demo.database import create_demo_database
+from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
 pytestmark = pytest.mark.integration
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from lakesync_devkit.demo.run import run_demo
 from rich.console import Console
-
-from lakesync.demo.run import run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.integration]
 

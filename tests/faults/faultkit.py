@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pymysql
 import yaml
+from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
+from lakesync_devkit.demo.load import DemoWorkload, LoadReport
+from lakesync_devkit.dev.mariadb import MariaDBServer
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import Pipeline, load_pipeline
-from lakesync.demo.database import create_demo_database, seed_demo_data
-from lakesync.demo.load import DemoWorkload, LoadReport
-from lakesync.dev.mariadb import MariaDBServer
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
+from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.source.server_checks import current_position
-from lakesync.validate import ValidationReport, validate_pipeline
+from lakesync.validation.validate import ValidationReport, validate_pipeline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STREAM_APP = REPO_ROOT / "spark_apps" / "stream.py"

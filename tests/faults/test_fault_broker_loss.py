@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, seeded_random
+from lakesync_devkit.dev.broker import Broker
+from lakesync_devkit.dev.processes import free_port
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID
 
-from lakesync.dev.broker import Broker
-from lakesync.dev.processes import free_port
-from lakesync.dev.stack import KAFKA_CONN_ID
-from lakesync.errors import GapError
-from lakesync.full_load import FullLoad
+from lakesync.core.errors import GapError
+from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import checkpoint_dir, run_stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]

@@ -7,7 +7,7 @@ import time
 import pytest
 from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
 
-from lakesync.load_state import LoadState
+from lakesync.full_load.state import LoadState
 from lakesync.stream.app import run_stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]

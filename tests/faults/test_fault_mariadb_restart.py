@@ -12,10 +12,10 @@ import time
 
 import pytest
 from faultkit import FaultOutcome, FaultPipeline, Workload, kill_points, seeded_random
+from lakesync_devkit.dev.processes import pid_alive
+from lakesync_devkit.dev.stack import DevStack
 
-from lakesync.dev.processes import pid_alive
-from lakesync.dev.stack import DevStack
-from lakesync.full_load import FullLoad
+from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]

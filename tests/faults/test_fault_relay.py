@@ -7,7 +7,7 @@ import time
 import pytest
 from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
 
-from lakesync.full_load import FullLoad
+from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]

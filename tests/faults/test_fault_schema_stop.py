@@ -8,7 +8,7 @@ import json
 import pytest
 from faultkit import FaultOutcome, FaultPipeline, Workload, seeded_random
 
-from lakesync.full_load import FullLoad
+from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
 from lakesync.stream.progress import StreamProgress
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lakesync.errors import GapError
+from lakesync.core.errors import GapError
 from lakesync.stream.topic_identity import TOPIC_IDS_FILE, check_topic_identity
 
 pytestmark = pytest.mark.faults

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakesync.errors import SchemaChangeError, SinkError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import SchemaChangeError, SinkError
+from lakesync.core.positions import SourcePosition
 from lakesync.sink import OP, POS, TS, DeltaSink, tombstone_uri
 
 SNAPSHOT = SourcePosition("binlog.000003", 5000)

@@ -7,10 +7,10 @@ import uuid
 import pymysql
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from lakesync_devkit.dev.mariadb import LAKESYNC_GRANTS
+from lakesync_devkit.dev.stack import LAKESYNC_USER, DevStack
 
-from lakesync.dev.mariadb import LAKESYNC_GRANTS
-from lakesync.dev.stack import LAKESYNC_USER, DevStack
-from lakesync.errors import StackError
+from lakesync.core.errors import StackError
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ def test_starting_the_stack_twice_is_harmless(stack):
 
 def test_a_port_in_use_is_a_clear_error(tmp_path, stack):
     other = DevStack(tmp_path / "other")
-    from lakesync.dev.stack import StackSettings
+    from lakesync_devkit.dev.stack import StackSettings
 
     settings = StackSettings.fresh()
     settings.mariadb_port = stack.settings.mariadb_port  # taken by the session's server

@@ -12,16 +12,16 @@ from typing import Any
 import pymysql
 import pytest
 from deltalake import DeltaTable
+from lakesync_devkit.dev.stack import MYSQL_CONN_ID
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from lakesync.config import Pipeline, parse_pipeline
-from lakesync.connections import MySQLConnection
-from lakesync.dev.stack import MYSQL_CONN_ID
-from lakesync.errors import LakesyncError, SchemaChangeError, SourceError
-from lakesync.full_load import ChunkTask, FullLoad, ThreadChunkRunner
-from lakesync.load_state import ChunkDone, LoadState
-from lakesync.positions import SourcePosition
+from lakesync.core.config import Pipeline, parse_pipeline
+from lakesync.core.connections import MySQLConnection
+from lakesync.core.errors import LakesyncError, SchemaChangeError, SourceError
+from lakesync.core.positions import SourcePosition
+from lakesync.full_load.load import ChunkTask, FullLoad, ThreadChunkRunner
+from lakesync.full_load.state import ChunkDone, LoadState
 from lakesync.sink.delta import DeltaSink
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
+from lakesync_devkit.dev.stack import MYSQL_CONN_ID
 
-from lakesync.config import parse_pipeline
-from lakesync.dev.stack import MYSQL_CONN_ID
-from lakesync.full_load import FullLoad, SparkChunkRunner
-from lakesync.load_state import LoadState
+from lakesync.core.config import parse_pipeline
+from lakesync.full_load.load import FullLoad, SparkChunkRunner
+from lakesync.full_load.state import LoadState
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]

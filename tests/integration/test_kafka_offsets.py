@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lakesync.kafka_offsets import (
+from lakesync.core.positions import SourcePosition
+from lakesync.kafka.offsets import (
     first_offset_at_or_after,
     first_offsets_at_or_after,
     list_partitions,
@@ -18,7 +19,6 @@ from lakesync.kafka_offsets import (
     true_end_offsets,
     watermarks,
 )
-from lakesync.positions import SourcePosition
 
 pytestmark = pytest.mark.integration
 

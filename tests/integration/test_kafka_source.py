@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lakesync.kafka_source import SOURCE_NAME, register
+from lakesync.kafka.spark_source import SOURCE_NAME, register
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import Pipeline, parse_pipeline
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
-from lakesync.envelope import ChangeEvent, decode, decode_schema_change
-from lakesync.errors import BinlogPurgedError, SchemaChangeError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.config import Pipeline, parse_pipeline
+from lakesync.core.errors import BinlogPurgedError, SchemaChangeError, SourceError
+from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import ChangeEvent, decode, decode_schema_change
 from lakesync.relay import Relay, covered_range
 from lakesync.relay.offsets import ProgressStore
 from lakesync.source.server_checks import current_position

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from lakesync_devkit.dev.processes import free_port
 
-from lakesync.dev.processes import free_port
-from lakesync.errors import BrokerError
+from lakesync.core.errors import BrokerError
 from lakesync.relay.publisher import Publisher
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import load_pipeline
-from lakesync.connections import mysql_connection
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
-from lakesync.envelope import ChangeEvent
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import mysql_connection
+from lakesync.events.envelope import ChangeEvent
 from lakesync.source.binlog import BinlogSource
 from lakesync.source.server_checks import current_position
 

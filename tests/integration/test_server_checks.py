@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from lakesync.errors import BinlogPurgedError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import (
     check_binlog_settings,
     check_position_available,

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
+from lakesync_devkit.demo.database import create_demo_database
 
-from lakesync.config import parse_pipeline
-from lakesync.demo.database import create_demo_database
-from lakesync.settlement import settle_table, validate_interval
+from lakesync.core.config import parse_pipeline
+from lakesync.settlement.sync import settle_table, validate_interval
 
 pytestmark = pytest.mark.integration
 
@@ -178,7 +178,7 @@ def test_streamed_table_loaded_by_the_sink_is_compared_and_repaired_not_reloaded
                                                                                   fresh_database):
     from lakesync.sink.delta import DeltaSink
     from lakesync.source.server_checks import current_position
-    from lakesync.validate import read_source_table
+    from lakesync.validation.validate import read_source_table
 
     _book(mariadb, fresh_database, [(i, f"{i}.00", "2026-11-19 12:00:00") for i in range(1, 21)])
     uri = pipeline.delta.table_uri("transactions")

@@ -10,8 +10,8 @@ import pymysql
 import pytest
 from pydantic import SecretStr
 
-from lakesync.connections import MySQLConnection
-from lakesync.errors import SourceError
+from lakesync.core.connections import MySQLConnection
+from lakesync.core.errors import SourceError
 from lakesync.source.server_checks import current_position
 from lakesync.source.snapshot import global_read_lock, open_snapshot
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lakesync_devkit.dev.stack import MYSQL_CONN_ID
 
 from lakesync.cli.main import main
-from lakesync.dev.stack import MYSQL_CONN_ID
-from lakesync.load_state import LoadState
+from lakesync.full_load.state import LoadState
 
 pytestmark = pytest.mark.integration
 

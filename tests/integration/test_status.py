@@ -11,12 +11,12 @@ import pytest
 from deltalake import write_deltalake
 
 from lakesync.cli.main import main
-from lakesync.config import parse_pipeline
-from lakesync.load_state import LoadState
-from lakesync.positions import SourcePosition
+from lakesync.core.config import parse_pipeline
+from lakesync.core.positions import SourcePosition
+from lakesync.full_load.state import LoadState
+from lakesync.monitoring.status import pipeline_status
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
-from lakesync.status import pipeline_status
 from lakesync.stream.progress import StreamProgress
 
 pytestmark = pytest.mark.integration

@@ -19,20 +19,25 @@ import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
+from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
+from lakesync_devkit.demo.load import DemoWorkload, LoadReport
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import Pipeline, load_pipeline
-from lakesync.demo.database import create_demo_database, seed_demo_data
-from lakesync.demo.load import DemoWorkload, LoadReport
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
-from lakesync.errors import GapError
-from lakesync.full_load import FullLoad
+from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.errors import GapError
+from lakesync.full_load.load import FullLoad
 from lakesync.relay import Relay, covered_range
 from lakesync.sink import DeltaSink
 from lakesync.source.server_checks import current_position
 from lakesync.stream import app as stream_app
 from lakesync.stream.app import checkpoint_dir, run_stream
 from lakesync.stream.progress import StreamProgress
-from lakesync.validate import compare_tables, read_delta_table, read_source_table, validate_pipeline
+from lakesync.validation.validate import (
+    compare_tables,
+    read_delta_table,
+    read_source_table,
+    validate_pipeline,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import yaml
 from deltalake import DeltaTable
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.config import Pipeline, load_pipeline
-from lakesync.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
-from lakesync.full_load import FullLoad
+from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.full_load.load import FullLoad
 from lakesync.relay import Relay
 from lakesync.sink import DeltaSink
 from lakesync.stream.app import run_stream
 from lakesync.stream.progress import StreamProgress
-from lakesync.validate import compare_tables, read_delta_table, read_source_table
+from lakesync.validation.validate import compare_tables, read_delta_table, read_source_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

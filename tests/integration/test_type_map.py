@@ -25,8 +25,7 @@ from deltalake import DeltaTable, write_deltalake
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
-from lakesync.types import (
+from lakesync.core.types import (
     SNAPSHOT_TIME_ZONE_SQL,
     ColumnSpec,
     arrow_field,
@@ -38,10 +37,11 @@ from lakesync.types import (
     json_row_from_db,
     snapshot_select_list,
 )
+from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
 
 pytestmark = pytest.mark.integration
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def f32(value: float) -> float:
@@ -443,7 +443,7 @@ def test_columns_come_in_ordinal_order_with_their_types(mariadb, fresh_database:
 
 
 def test_missing_table_is_a_clear_error(mariadb, fresh_database: str) -> None:
-    from lakesync.errors import SourceError
+    from lakesync.core.errors import SourceError
 
     with mariadb.connect() as conn, pytest.raises(SourceError, match="does not exist"):
         read_table_columns(conn, fresh_database, "nope")

@@ -19,11 +19,11 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from lakesync.cli.main import main
-from lakesync.config import load_pipeline
+from lakesync.core.config import load_pipeline
 from lakesync.source.server_checks import current_position
 from lakesync.stream.progress import StreamProgress
-from lakesync.validate import read_source_table, validate_pipeline
-from lakesync.validation_store import last_results
+from lakesync.validation.store import last_results
+from lakesync.validation.validate import read_source_table, validate_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -218,7 +218,7 @@ def test_results_land_in_the_validation_table_and_in_status(pipeline, capsys, mo
 
 
 def test_with_the_real_sink_a_newer_tombstone_is_in_flight_and_an_older_one_is_a_missing_row(pipeline, mariadb):
-    from lakesync.positions import SourcePosition
+    from lakesync.core.positions import SourcePosition
     from lakesync.sink import DeltaSink
 
     uri = pipeline.delta.table_uri(LEDGER)
@@ -256,8 +256,8 @@ def test_a_table_never_loaded_is_an_error_that_names_what_to_do(pipeline, mariad
 
 def test_lock_free_snapshot_is_tagged_no_later_than_its_start(pipeline, mariadb):
     """The fallback for MySQL users without RELOAD: the tag may be early (safe), never late."""
-    from lakesync.connections import mysql_connection
-    from lakesync.validate import _lock_free_snapshot
+    from lakesync.core.connections import mysql_connection
+    from lakesync.validation.validate import _lock_free_snapshot
 
     with mariadb.connect() as conn:
         before = current_position(conn)
@@ -278,9 +278,9 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
     about half a second late, with their positions; validation must see through the churn."""
     import random
 
+    from lakesync.core.types import arrow_table_from_db_rows, snapshot_select_list
     from lakesync.sink import DeltaSink
     from lakesync.source.schema import read_table_columns
-    from lakesync.types import arrow_table_from_db_rows, snapshot_select_list
 
     db, uri = pipeline.source.database, pipeline.delta.table_uri(LEDGER)
     with mariadb.connect() as conn:
@@ -376,9 +376,9 @@ def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipel
 
 
 def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypatch):
-    import lakesync.validate
+    import lakesync.validation.validate
 
-    monkeypatch.setattr(lakesync.validate, "DIFF_ROWS", 30)  # one 25-row chunk per group
+    monkeypatch.setattr(lakesync.validation.validate, "DIFF_ROWS", 30)  # one 25-row chunk per group
     rows = delta_rows(pipeline, LEDGER)
     gone = [3, 30, 60, 90, 119]
     rewrite_delta(pipeline, LEDGER, rows.filter(pc.invert(pc.is_in(rows[ID], pa.array(gone, rows.schema.field(ID).type)))))

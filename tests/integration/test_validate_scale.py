@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from lakesync_devkit.demo.database import create_demo_database, seed_demo_data, seed_transactions
 
-from lakesync.config import parse_pipeline
-from lakesync.demo.database import create_demo_database, seed_demo_data, seed_transactions
-from lakesync.full_load import FullLoad
-from lakesync.validate import validate_pipeline
+from lakesync.core.config import parse_pipeline
+from lakesync.full_load.load import FullLoad
+from lakesync.validation.validate import validate_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,10 +12,10 @@ from typing import Any
 import pymysql
 import pytest
 
-from lakesync.config import load_pipeline
-from lakesync.connections import kafka_client_config, mysql_connection
-from lakesync.kafka_config import KafkaSourceOptions
-from lakesync.positions import SourcePosition
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import kafka_client_config, mysql_connection
+from lakesync.core.positions import SourcePosition
+from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.relay.offsets import ProgressStore
 from tests.bad_input.badkit import base_document, write_pipeline
 

@@ -13,13 +13,13 @@ import time
 
 import pymysql
 import pytest
+from lakesync_devkit.dev.mariadb import LAKESYNC_GRANTS
+from lakesync_devkit.dev.stack import LAKESYNC_USER
 
-from lakesync.config import load_pipeline
-from lakesync.connections import mysql_connection
-from lakesync.dev.mariadb import LAKESYNC_GRANTS
-from lakesync.dev.stack import LAKESYNC_USER
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import mysql_connection
 from lakesync.relay import Relay
-from lakesync.validate import validate_pipeline
+from lakesync.validation.validate import validate_pipeline
 from tests.bad_input.badkit import Lab, delta_rows
 
 pytestmark = [pytest.mark.security, pytest.mark.integration]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.validate import validate_pipeline
+from lakesync.validation.validate import validate_pipeline
 from tests.bad_input.badkit import Lab
 
 pytestmark = [pytest.mark.security, pytest.mark.integration]
@@ -99,7 +99,7 @@ def test_the_stack_keeps_its_passwords_only_in_files_of_mode_0600(stack):
 
 
 def test_connection_objects_never_show_the_password(stack, monkeypatch, tmp_path, fresh_database):
-    from lakesync.connections import mysql_connection
+    from lakesync.core.connections import mysql_connection
 
     lab = Lab(stack, monkeypatch, tmp_path, fresh_database)
     connection = mysql_connection(lab.pipeline())

@@ -17,13 +17,14 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from lakesync_devkit.dev.airflow_home import repo_root
+from lakesync_devkit.dev.mariadb import LAKESYNC_GRANTS
+from lakesync_devkit.dev.stack import LAKESYNC_USER
 from packaging.requirements import Requirement
 
-from lakesync import connections
-from lakesync.config import Pipeline, load_pipeline, load_pipeline_file
-from lakesync.dev.airflow_home import SPARK_CONN_ID, repo_root
-from lakesync.dev.mariadb import LAKESYNC_GRANTS
-from lakesync.dev.stack import LAKESYNC_USER
+from lakesync.core import connections
+from lakesync.core.config import Pipeline, load_pipeline, load_pipeline_file
+from lakesync.core.connections import SPARK_CONN_ID
 from lakesync.source.server_checks import REQUIRED_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]

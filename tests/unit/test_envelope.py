@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.envelope import (
+from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import (
     EVENT_FORMAT,
     ChangeEvent,
     EventFormatError,
@@ -17,7 +18,6 @@ from lakesync.envelope import (
     encode,
     encode_schema_change,
 )
-from lakesync.positions import SourcePosition
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from lakesync.errors import ConfigError
-from lakesync.kafka_config import KafkaSourceOptions, OffsetSpec, client_config, redacted
-from lakesync.kafka_offsets import rate_limited_ends
-from lakesync.kafka_source import KafkaInputPartition, _record_batch, arrow_schema, from_json, to_json
+from lakesync.core.errors import ConfigError
+from lakesync.kafka.config import KafkaSourceOptions, OffsetSpec, client_config, redacted
+from lakesync.kafka.offsets import rate_limited_ends
+from lakesync.kafka.spark_source import KafkaInputPartition, _record_batch, arrow_schema, from_json, to_json
 
 BASE = {"kafka.bootstrap.servers": "b1:9092", "subscribe": "shop.orders"}
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.errors import ConfigError
-from lakesync.load_state import ChunkDone, LoadState, position_to_json
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import ConfigError
+from lakesync.core.positions import SourcePosition
+from lakesync.full_load.state import ChunkDone, LoadState, position_to_json
 
 
 def test_state_round_trips_through_the_file(tmp_path: Path) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from lakesync.envelope import SchemaChangeEvent
-from lakesync.errors import SchemaChangeError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import SchemaChangeError
+from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import SchemaChangeEvent
 from lakesync.stream.schema_changes import column_spec_from_ddl, plan_schema_change
 
 CURRENT = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.decimal128(18, 2))])

@@ -7,8 +7,8 @@ from itertools import pairwise
 
 import pytest
 
-from lakesync.errors import ConfigError
-from lakesync.settlement_windows import app_id, schedule_intervals, settlement_window
+from lakesync.core.errors import ConfigError
+from lakesync.settlement.windows import app_id, schedule_intervals, settlement_window
 
 DAY = timedelta(days=1)
 START = datetime(2026, 11, 19, 2, 0, tzinfo=UTC)

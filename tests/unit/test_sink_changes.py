@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from lakesync.errors import SinkError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import SinkError
+from lakesync.core.positions import SourcePosition
 from lakesync.sink.changes import OP, POS, TS, drop_superseded, last_change_per_key, plan_changes
 
 

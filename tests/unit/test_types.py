@@ -14,8 +14,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from lakesync.errors import SourceError
-from lakesync.types import (
+from lakesync.core.errors import SourceError
+from lakesync.core.types import (
     ColumnSpec,
     arrow_field,
     arrow_table_from_db_rows,
@@ -28,7 +28,7 @@ from lakesync.types import (
     snapshot_select_expression,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def col(column_type: str, name: str = "c", *, nullable: bool = True) -> ColumnSpec:

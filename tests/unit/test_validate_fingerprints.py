@@ -10,8 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lakesync.errors import ValidationMismatch
-from lakesync.validate import (
+from lakesync.core.errors import ValidationMismatch
+from lakesync.validation.store import SCHEMA, report_rows
+from lakesync.validation.validate import (
     ChunkPlan,
     TableComparison,
     ValidationReport,
@@ -21,7 +22,6 @@ from lakesync.validate import (
     conform,
     row_hashes,
 )
-from lakesync.validation_store import SCHEMA, report_rows
 
 SCHEMA_ROWS = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string()),
                          pa.field("amount", pa.decimal128(10, 2)), pa.field("at", pa.timestamp("us", tz="UTC"))])

@@ -2,7 +2,7 @@
 # docker_process_sql helper, which runs SQL as root against the init server, available here.
 # Runs once, on the first start of an empty datadir (the MySQL image sources /docker-entrypoint-initdb.d/*.sh).
 # Creates the least-privilege account lakesync reads and replicates with; the grants are exactly
-# lakesync.dev.mariadb.LAKESYNC_GRANTS (tests/unit/test_docker_compose.py checks that they agree).
+# lakesync_devkit.dev.mariadb.LAKESYNC_GRANTS (tests/unit/test_docker_compose.py checks that they agree).
 # The password comes from the container's environment (.env), never from this file.
 : "${LAKESYNC_MYSQL_PASSWORD:?LAKESYNC_MYSQL_PASSWORD must be set (see deploy/env.example)}"
 # Backslashes and single quotes are escaped so that any password is the SQL string literal of itself.

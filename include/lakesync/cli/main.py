@@ -1,7 +1,8 @@
 """``lakesync``: the command line.
 
-Each subcommand lives in its own module under :mod:`lakesync.cli` (or :mod:`lakesync.bench`) and registers
-itself with ``register(subparsers)``. This module only dispatches, and turns a :class:`LakesyncError`
+Each subcommand lives in its own module under :mod:`lakesync.cli` and registers itself with
+``register(subparsers)``. Other packages add commands through the ``lakesync.commands`` entry points: the dev
+kit (``lakesync-devkit``) adds ``dev``, ``demo`` and ``bench`` that way, so a production install has none of them. This module only dispatches, and turns a :class:`LakesyncError`
 into a clear message and an exit code instead of a traceback (``--debug`` shows the chain).
 """
 
@@ -13,22 +14,29 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from lakesync import __version__
-from lakesync.errors import LakesyncError
+from lakesync.core.errors import LakesyncError
 
-#: Command modules, in the order ``--help`` lists them.
+#: The product's command modules, in the order ``--help`` lists them (plugged-in commands come after).
 COMMAND_MODULES = (
-    "lakesync.cli.dev",
-    "lakesync.cli.demo",
     "lakesync.cli.snapshot",
     "lakesync.cli.relay",
     "lakesync.cli.stream",
     "lakesync.cli.status",
     "lakesync.cli.validate",
     "lakesync.cli.settle",
-    "lakesync.cli.bench",
 )
+
+#: The entry-point group other packages register commands in (name = command, value = module).
+COMMAND_ENTRY_POINTS = "lakesync.commands"
+
+
+def all_command_modules() -> tuple[str, ...]:
+    """The product's command modules, then those of installed packages that plug commands in."""
+    plugged = tuple(entry.value for entry in entry_points(group=COMMAND_ENTRY_POINTS))
+    return COMMAND_MODULES + tuple(module for module in plugged if module not in COMMAND_MODULES)
 
 DESCRIPTION = """\
 Keep Delta Lake tables in step with MySQL and MariaDB.
@@ -44,8 +52,9 @@ def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
     that ``lakesync relay ...`` does not import what ``lakesync validate`` needs; all of them for the
     top-level help or an unknown command (argparse then lists them)."""
     named = next((arg for arg in argv if not arg.startswith("-")), None)
-    chosen = tuple(m for m in COMMAND_MODULES if m.rsplit(".", 1)[1] == named)
-    return chosen or COMMAND_MODULES
+    modules = all_command_modules()
+    chosen = tuple(m for m in modules if m.rsplit(".", 1)[1] == named)
+    return chosen or modules
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:

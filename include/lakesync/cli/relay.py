@@ -8,8 +8,8 @@ import signal
 from types import FrameType
 
 from lakesync.cli.arguments import add_pipeline_arguments
-from lakesync.config import load_pipeline
-from lakesync.positions import SourcePosition
+from lakesync.core.config import load_pipeline
+from lakesync.core.positions import SourcePosition
 
 log = logging.getLogger("lakesync.relay")
 

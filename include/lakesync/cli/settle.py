@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.config import load_pipeline
-from lakesync.errors import ConfigError
-from lakesync.settlement_windows import schedule_intervals
+from lakesync.core.config import load_pipeline
+from lakesync.core.errors import ConfigError
+from lakesync.settlement.windows import schedule_intervals
 
 DESCRIPTION = """\
 Settle data intervals: for each table with a watermark (tables.overrides.<t>.watermark), read the rows of
@@ -54,7 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lakesync.settlement import settle_pipeline, settlement_tables  # heavy: only when the command runs
+    from lakesync.settlement.sync import (  # heavy: only when the command runs
+        settle_pipeline,
+        settlement_tables,
+    )
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
     wanted = args.tables or list(pipeline.tables.overrides)

@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.config import load_pipeline
+from lakesync.core.config import load_pipeline
 
 if TYPE_CHECKING:
-    from lakesync.full_load import TableResult
+    from lakesync.full_load.load import TableResult
 
 DESCRIPTION = """\
 Load the pipeline's tables into Delta: each table in one Delta commit, every row tagged with the binlog
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lakesync.full_load import FullLoad  # heavy (pyarrow, Spark glue): only when the command runs
+    from lakesync.full_load.load import FullLoad  # heavy (pyarrow, Spark glue): only when the command runs
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
     tables = args.tables

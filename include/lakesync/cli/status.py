@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lakesync.config import load_pipeline
-    from lakesync.status import pipeline_status
+    from lakesync.core.config import load_pipeline
+    from lakesync.monitoring.status import pipeline_status
 
     status = pipeline_status(load_pipeline(args.pipeline, args.pipelines_dir), relay=not args.no_relay)
     if args.json:

@@ -21,7 +21,7 @@ continuously with the pipeline's stream.trigger_seconds until Ctrl-C.
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lakesync.config import load_pipeline
+    from lakesync.core.config import load_pipeline
     from lakesync.stream.app import run_stream
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S, ValidationReport
+from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S, ValidationReport
 
 DESCRIPTION = """\
 Compare every selected table of a pipeline with its Delta table: row counts, checksums over key ranges
@@ -46,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lakesync.config import load_pipeline
-    from lakesync.validate import validate_pipeline
+    from lakesync.core.config import load_pipeline
+    from lakesync.validation.validate import validate_pipeline
 
     pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
     tables = args.tables

@@ -22,10 +22,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from lakesync.config import Pipeline
-from lakesync.connections import kafka_client_config
-from lakesync.errors import BrokerError
-from lakesync.positions import SourcePosition
+from lakesync.core.config import Pipeline
+from lakesync.core.connections import kafka_client_config
+from lakesync.core.errors import BrokerError
+from lakesync.core.positions import SourcePosition
 from lakesync.relay.publisher import Publisher
 
 OFFSETS_TOPIC_TABLE = "_lakesync_offsets"

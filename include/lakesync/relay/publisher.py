@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lakesync.errors import BrokerError
+from lakesync.core.errors import BrokerError
 
 log = logging.getLogger(__name__)
 

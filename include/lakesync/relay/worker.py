@@ -22,11 +22,17 @@ from typing import Any
 
 import pymysql
 
-from lakesync.config import Pipeline
-from lakesync.connections import kafka_client_config, mysql_connection
-from lakesync.envelope import SCHEMA_TOPIC_TABLE, ChangeEvent, SchemaChangeEvent, encode, encode_schema_change
-from lakesync.errors import BrokerError, LakesyncError, SchemaChangeError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.config import Pipeline
+from lakesync.core.connections import kafka_client_config, mysql_connection
+from lakesync.core.errors import BrokerError, LakesyncError, SchemaChangeError, SourceError
+from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import (
+    SCHEMA_TOPIC_TABLE,
+    ChangeEvent,
+    SchemaChangeEvent,
+    encode,
+    encode_schema_change,
+)
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
 from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakesync.errors import SinkError
-from lakesync.table_layout import DELETE_OP, DELETED_MS, META_COLUMNS, OP, POS, TS
+from lakesync.core.errors import SinkError
+from lakesync.core.table_layout import DELETE_OP, DELETED_MS, META_COLUMNS, OP, POS, TS
 
 META_FIELDS = (pa.field(POS, pa.string(), nullable=False), pa.field(OP, pa.string(), nullable=False),
                pa.field(TS, pa.int64()))

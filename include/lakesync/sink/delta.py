@@ -27,8 +27,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 
-from lakesync.errors import ConfigError, SchemaChangeError, SinkError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError
+from lakesync.core.positions import SourcePosition
 from lakesync.sink.changes import (
     DELETE_OP,
     META_COLUMNS,

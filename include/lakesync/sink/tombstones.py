@@ -17,7 +17,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
-from lakesync.errors import SinkError
+from lakesync.core.errors import SinkError
 from lakesync.sink.changes import DELETED_MS, POS, TS
 
 

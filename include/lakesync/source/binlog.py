@@ -2,7 +2,7 @@
 
 :class:`BinlogSource` yields, in binlog order:
 
-* :class:`~lakesync.envelope.ChangeEvent` for each row of a selected table, at position
+* :class:`~lakesync.events.envelope.ChangeEvent` for each row of a selected table, at position
   ``(file, end offset of the rows event, row index + 1)`` with the transaction's GTID;
 * :class:`TransactionEnd` after each commit (XID event, ``COMMIT`` query, or a DDL's implicit commit):
   the only places where progress may be stored, so a resume never starts inside a transaction;
@@ -45,10 +45,10 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from lakesync import types as lakesync_types
-from lakesync.envelope import ChangeEvent
-from lakesync.errors import BinlogPurgedError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core import types as lakesync_types
+from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import ChangeEvent
 from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
 
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
@@ -117,7 +117,7 @@ def _data_type(column: Any) -> str:
 
 
 def column_spec(column: Any) -> lakesync_types.ColumnSpec:
-    """The :class:`~lakesync.types.ColumnSpec` of a table-map column (what the binlog says it is)."""
+    """The :class:`~lakesync.core.types.ColumnSpec` of a table-map column (what the binlog says it is)."""
     data_type = _data_type(column)
     column_type = data_type
     if data_type == "decimal":
@@ -137,7 +137,7 @@ def column_spec(column: Any) -> lakesync_types.ColumnSpec:
 
 
 def _types_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
-    """:func:`lakesync.types.json_converter` for binlog values, or None while the type map is a stub."""
+    """:func:`lakesync.core.types.json_converter` for binlog values, or None while the type map is a stub."""
     factory = getattr(lakesync_types, "json_converter", None)
     if factory is None:
         return None
@@ -157,7 +157,7 @@ def _timestamp_utc(value: dt.datetime) -> str:
 
 
 def _minimal_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
-    """The built-in JSON form, used while :func:`lakesync.types.json_value` is not available."""
+    """The built-in JSON form, used while :func:`lakesync.core.types.json_value` is not available."""
     kind = spec.data_type
     if kind == "decimal":
         return str

@@ -13,8 +13,8 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from lakesync.errors import SourceError
-from lakesync.types import ColumnSpec
+from lakesync.core.errors import SourceError
+from lakesync.core.types import ColumnSpec
 
 _COLUMNS_SQL = """
 SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME

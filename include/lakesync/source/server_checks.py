@@ -14,8 +14,8 @@ from typing import Any
 
 import pymysql
 
-from lakesync.errors import BinlogPurgedError, SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.positions import SourcePosition
 
 log = logging.getLogger(__name__)
 _ACCESS_DENIED = (1227, 1045, 1142)

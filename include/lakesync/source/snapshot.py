@@ -31,9 +31,9 @@ from types import TracebackType
 import pymysql
 import pymysql.cursors
 
-from lakesync.connections import MySQLConnection
-from lakesync.errors import SourceError
-from lakesync.positions import SourcePosition
+from lakesync.core.connections import MySQLConnection
+from lakesync.core.errors import SourceError
+from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import current_position, is_mariadb
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Why this shape: the full load must read inside the snapshot's own connections (a
 not see the same snapshot), so the fast client readers that open their own connections (connectorx, the
 ``mariadb`` client) can't be used, and PyMySQL's row-by-row decoding reaches only ~150k rows/s. Instead the
 server formats a whole key range as CSV text in one value (``GROUP_CONCAT`` of one quoted line per row) and
-Arrow's C++ CSV parser turns it into typed columns with the schema from :mod:`lakesync.types`. Measured on
+Arrow's C++ CSV parser turns it into typed columns with the schema from :mod:`lakesync.core.types`. Measured on
 the 1M-row demo ``transactions`` table (2 cores): ~0.85M rows/s on one connection, ~1.3-1.5M rows/s on two
 connections sharing one snapshot, about what the ``mariadb`` client needs to dump the table to /dev/null.
 
@@ -17,7 +17,7 @@ Text forms, chosen so that the parser gets exactly the value the type map expect
 * binary strings go as hex and are decoded here;
 * any other column (TIME, BIT, spatial... or an Arrow type the fast path doesn't know) goes as hex and is
   decoded the slow, exact way: into the value PyMySQL would return, then through
-  :func:`lakesync.types.json_value` and :func:`lakesync.types.arrow_value_from_json`, the same path the
+  :func:`lakesync.core.types.json_value` and :func:`lakesync.core.types.arrow_value_from_json`, the same path the
   stream takes, so snapshot rows and streamed rows agree.
 
 ``GROUP_CONCAT`` is capped by ``group_concat_max_len`` and the server's ``max_allowed_packet``, so ranges are
@@ -42,8 +42,8 @@ import pymysql
 import pymysql.converters
 import pymysql.cursors
 
-from lakesync import types
-from lakesync.errors import SchemaChangeError, SourceError
+from lakesync.core import types
+from lakesync.core.errors import SchemaChangeError, SourceError
 from lakesync.source.schema import read_key_columns, read_table_columns
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}
@@ -222,13 +222,13 @@ class _ColumnPlan:
     safe_sql: str
     parse_type: pa.DataType
     target: pa.Field
-    convert: str  # "none", "cast", "unhex" (binary), "exact" (slow path through lakesync.types)
+    convert: str  # "none", "cast", "unhex" (binary), "exact" (slow path through lakesync.core.types)
     #: Fast form of a nullable text column: NULL is sent as '' and every value with a '=' in front.
     marked: bool = False
 
 
 def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
-    """The text forms for the types :mod:`lakesync.types` maps to plain Arrow types; else the exact path."""
+    """The text forms for the types :mod:`lakesync.core.types` maps to plain Arrow types; else the exact path."""
     name = quote_ident(column.name)
     kind, arrow_type = column.data_type, target.type
 
@@ -405,7 +405,7 @@ class RangeReader:
 def pymysql_value(column: types.ColumnSpec, raw: bytes) -> Any:
     """The value PyMySQL's text protocol would give for ``raw`` (the column's bytes as the server sent them).
 
-    Only the slow path needs this: it lets :func:`lakesync.types.json_value` see snapshot values in the same
+    Only the slow path needs this: it lets :func:`lakesync.core.types.json_value` see snapshot values in the same
     form as values read any other way.
     """
     kind = column.data_type

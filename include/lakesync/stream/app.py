@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesync import errors
-from lakesync.config import Pipeline
-from lakesync.connections import kafka_client_config
-from lakesync.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
-from lakesync.errors import ConfigError, LakesyncError, SchemaChangeError
-from lakesync.load_state import LoadState
+from lakesync.core import errors
+from lakesync.core.config import Pipeline
+from lakesync.core.connections import kafka_client_config
+from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
+from lakesync.full_load.state import LoadState
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress
@@ -204,10 +204,10 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
                timeout_seconds: float | None = None) -> StreamRunSummary:
     """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
     with the pipeline's trigger interval until stopped (or ``timeout_seconds``)."""
-    from lakesync import kafka_source
-    from lakesync.kafka_offsets import offset_consumer
+    from lakesync.kafka import spark_source as kafka_source
+    from lakesync.kafka.offsets import offset_consumer
     from lakesync.relay import covered_range
-    from lakesync.spark_session import build_spark_session
+    from lakesync.spark.session import build_spark_session
 
     selected = streamed_tables(pipeline, only=tables)
     client = kafka_client_config(pipeline)

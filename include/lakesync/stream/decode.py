@@ -1,8 +1,8 @@
 """Turning a micro-batch of Kafka records into per-table change tables for the Delta sink.
 
-Each record's value is a change event (lakesync's or Debezium's envelope, :mod:`lakesync.envelope`). The
+Each record's value is a change event (lakesync's or Debezium's envelope, :mod:`lakesync.events.envelope`). The
 row image the sink needs is ``after`` for creates, updates and snapshot reads, and ``before`` for deletes
-(the sink only needs the key of a deleted row). Values arrive in the JSON form of :mod:`lakesync.types`
+(the sink only needs the key of a deleted row). Values arrive in the JSON form of :mod:`lakesync.core.types`
 and are converted with the *Delta table's* Arrow schema, so the stream needs no source connection.
 """
 
@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakesync.envelope import H_KEY, H_POS, ChangeEvent, SchemaChangeEvent, decode, decode_schema_change
-from lakesync.table_layout import META_COLUMNS
-from lakesync.types import arrow_table_from_json_rows
+from lakesync.core.table_layout import META_COLUMNS
+from lakesync.core.types import arrow_table_from_json_rows
+from lakesync.events.envelope import (
+    H_KEY,
+    H_POS,
+    ChangeEvent,
+    SchemaChangeEvent,
+    decode,
+    decode_schema_change,
+)
 
 CHANGE_OPS = frozenset({"c", "u", "d", "r"})
-#: the headers :func:`lakesync.envelope.decode` and ``decode_schema_change`` read; others are not decoded
+#: the headers :func:`lakesync.events.envelope.decode` and ``decode_schema_change`` read; others are not decoded
 HEADERS_READ = (H_POS, H_KEY)
 
 
@@ -40,7 +47,7 @@ class TableChanges:
 
         A column the event has but ``schema`` lacks is noted in ``new_columns`` (the caller evolves the
         table); a column the schema has but the event lacks (a delete's partial image) is null. The images
-        are converted column by column (:func:`lakesync.types.arrow_table_from_json_rows`), not value by value.
+        are converted column by column (:func:`lakesync.core.types.arrow_table_from_json_rows`), not value by value.
         """
         images = [(event.before if event.op == "d" else event.after) or {} for event in self.events]
         seen: set[str] = set()

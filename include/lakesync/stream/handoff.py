@@ -3,7 +3,7 @@
 The full load recorded, per table, the position P its rows are tagged with. The stream may start at or
 before P (the sink ignores changes that are not newer than a row's position), never after it: so for each
 partition of a table's topic it starts at the first offset whose event is at or after P (a binary search by
-the ``lakesync.pos`` header, :func:`lakesync.kafka_offsets.first_offset_at_or_after`).
+the ``lakesync.pos`` header, :func:`lakesync.kafka.offsets.first_offset_at_or_after`).
 
 Starting at that offset is only safe if the change log really reaches back to P. The relay records the
 range of positions it has covered; if it began after P, the changes between P and its start were never
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer
 
-from lakesync.errors import GapError
-from lakesync.kafka_offsets import first_offsets_at_or_after, list_partitions
+from lakesync.core.errors import GapError
+from lakesync.kafka.offsets import first_offsets_at_or_after, list_partitions
 
 GAP_HINT = "re-run the full load for these tables (`lakesync snapshot --pipeline {pipeline} --tables {tables}`)"
 

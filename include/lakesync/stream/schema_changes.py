@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from lakesync.envelope import SchemaChangeEvent
-from lakesync.errors import SchemaChangeError
-from lakesync.types import ColumnSpec, arrow_field
+from lakesync.core.errors import SchemaChangeError
+from lakesync.core.types import ColumnSpec, arrow_field
+from lakesync.events.envelope import SchemaChangeEvent
 
 #: SQL type names sqlglot renders differently from information_schema's DATA_TYPE.
 _TYPE_ALIASES = {"boolean": ("tinyint", "tinyint(1)"), "bool": ("tinyint", "tinyint(1)")}

@@ -17,7 +17,7 @@ from pathlib import Path
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from lakesync.errors import GapError
+from lakesync.core.errors import GapError
 
 TOPIC_IDS_FILE = "lakesync_topic_ids.json"
 #: what a broker without topic ids answers (Kafka < 2.8): such ids prove nothing and are not recorded

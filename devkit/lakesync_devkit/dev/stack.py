@@ -1,0 +1,209 @@
+"""The embedded stack: MariaDB, the broker and an Airflow home, all on loopback, all state in one folder.
+
+``lakesync dev up|down|status`` and the pytest fixtures both use :class:`DevStack`. The state folder holds
+``stack.json`` (ports and generated passwords, mode 0600), each server's files and logs, and the Delta
+tables of the demo pipeline. Starting twice is harmless: a running server is found by its pid and port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from urllib.parse import quote
+
+from lakesync.core.errors import StackError
+from lakesync_devkit.dev.airflow_home import airflow_env, prepare_airflow_home
+from lakesync_devkit.dev.broker import Broker
+from lakesync_devkit.dev.mariadb import MariaDBServer
+from lakesync_devkit.dev.processes import free_port
+
+DEFAULT_STATE_DIR = ".lakesync"
+STATE_DIR_ENV = "LAKESYNC_STATE_DIR"
+LAKESYNC_USER = "lakesync"
+#: Connection ids the demo pipeline names; the stack defines them for the CLI and for Airflow.
+MYSQL_CONN_ID = "lakesync_demo_mysql"
+KAFKA_CONN_ID = "lakesync_demo_kafka"
+
+
+def state_dir_from_env(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """``explicit``, else ``$LAKESYNC_STATE_DIR``, else ``./.lakesync``; always absolute."""
+    raw = explicit or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+    return Path(raw).expanduser().resolve()
+
+
+@dataclass
+class StackSettings:
+    """What ``stack.json`` keeps between commands: fixed once at the first ``up``."""
+
+    mariadb_port: int
+    broker_port: int
+    server_id: int
+    root_password: str
+    lakesync_password: str
+    demo_database: str = "bank"
+    #: Port of the Airflow API server and UI (`airflow standalone` / `airflow api-server` with env.sh).
+    airflow_port: int = 0
+
+    @classmethod
+    def from_json(cls, document: dict[str, object]) -> StackSettings:
+        """Settings from ``stack.json``, ignoring keys an older or newer lakesync wrote."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in document.items() if key in known})  # type: ignore[arg-type]
+
+    @classmethod
+    def fresh(cls) -> StackSettings:
+        return cls(
+            mariadb_port=free_port(),
+            broker_port=free_port(),
+            server_id=1,
+            root_password=secrets.token_urlsafe(18),
+            lakesync_password=secrets.token_urlsafe(18),
+            airflow_port=free_port(),
+        )
+
+
+class DevStack:
+    """Everything ``lakesync dev`` manages, rooted at ``state_dir``."""
+
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None) -> None:
+        self.state_dir = state_dir_from_env(state_dir)
+        self._settings: StackSettings | None = None
+
+    # -- settings -------------------------------------------------------------------------------------
+    @property
+    def settings_file(self) -> Path:
+        return self.state_dir / "stack.json"
+
+    def exists(self) -> bool:
+        return self.settings_file.exists()
+
+    @property
+    def settings(self) -> StackSettings:
+        if self._settings is None:
+            if not self.exists():
+                raise StackError(
+                    f"no embedded stack in {self.state_dir}",
+                    hint="start one with `lakesync dev up` (or set LAKESYNC_STATE_DIR to the folder of yours)",
+                )
+            self._settings = StackSettings.from_json(json.loads(self.settings_file.read_text()))
+            if not self._settings.airflow_port:  # a stack made before the Airflow home existed
+                self._settings.airflow_port = free_port()
+                self._save(self._settings)
+        return self._settings
+
+    def _save(self, settings: StackSettings) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.settings_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(settings), indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(self.settings_file)
+        self._settings = settings
+
+    # -- components -----------------------------------------------------------------------------------
+    @property
+    def mariadb(self) -> MariaDBServer:
+        s = self.settings
+        return MariaDBServer(
+            home=self.state_dir / "mariadb", port=s.mariadb_port, server_id=s.server_id,
+            root_password=s.root_password,
+        )
+
+    @property
+    def broker(self) -> Broker:
+        return Broker(home=self.state_dir / "broker", port=self.settings.broker_port)
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+    @property
+    def delta_root(self) -> Path:
+        return self.state_dir / "delta"
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def up(self) -> None:
+        """Start MariaDB and the broker and create the lakesync user; harmless when already up."""
+        if not self.exists():
+            self._save(StackSettings.fresh())
+        self.mariadb.start()
+        self.mariadb.create_lakesync_user(LAKESYNC_USER, self.settings.lakesync_password)
+        self.broker.start()
+        prepare_airflow_home(self.airflow_home, connections=self.connection_env(),
+                             api_port=self.settings.airflow_port)
+        self.write_env_file()
+
+    def down(self) -> None:
+        """Stop the servers; their data stays in the state folder (``--purge`` in the CLI removes it)."""
+        if not self.exists():
+            return
+        self.broker.stop()
+        self.mariadb.stop()
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """What runs where, for ``lakesync dev status`` (no secrets)."""
+        if not self.exists():
+            return {}
+        return {
+            "mariadb": {
+                "running": self.mariadb.is_running(),
+                "address": f"127.0.0.1:{self.settings.mariadb_port}",
+                "pid": self.mariadb.pid(),
+                "log": str(self.mariadb.log_file),
+            },
+            "broker": {
+                "running": self.broker.is_running(),
+                "address": self.broker.bootstrap,
+                "pid": self.broker.pid(),
+                "log": str(self.broker.log_file),
+            },
+            "airflow": {
+                "home": str(self.airflow_home),
+                "address": f"http://127.0.0.1:{self.settings.airflow_port}",
+                "log": f"UI: source {self.env_file} && airflow standalone",
+            },
+            "delta": {"root": str(self.delta_root)},
+        }
+
+    # -- connections ----------------------------------------------------------------------------------
+    def mysql_uri(self, *, user: str = LAKESYNC_USER) -> str:
+        s = self.settings
+        password = s.lakesync_password if user == LAKESYNC_USER else s.root_password
+        return f"mysql://{quote(user)}:{quote(password, safe='')}@127.0.0.1:{s.mariadb_port}/{s.demo_database}"
+
+    def connection_env(self) -> dict[str, str]:
+        """Airflow-style ``AIRFLOW_CONN_*`` variables for the demo pipeline's connection ids.
+
+        lakesync resolves a pipeline's ``conn_id`` from these variables (the way Airflow does), so the CLI,
+        Spark apps and Airflow tasks all see the same connections.
+        """
+        kafka = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": self.broker.bootstrap}})
+        return {
+            f"AIRFLOW_CONN_{MYSQL_CONN_ID.upper()}": self.mysql_uri(),
+            f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": kafka,
+            STATE_DIR_ENV: str(self.state_dir),
+        }
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env.sh"
+
+    def airflow_env(self) -> dict[str, str]:
+        """The settings that make Airflow commands use the stack's Airflow home and connections."""
+        return airflow_env(self.airflow_home, connections=self.connection_env(), api_port=self.settings.airflow_port)
+
+    def write_env_file(self) -> None:
+        """``source .lakesync/env.sh`` gives a shell the stack's connections and Airflow home (mode 0600: it has
+        passwords), so `lakesync ...` and `airflow ...` commands use the embedded stack."""
+        env = self.airflow_env()
+        bin_dir = env.pop("PATH").split(os.pathsep)[0]
+        lines = [f"export {name}={_shell_quote(value)}" for name, value in env.items()]
+        lines.append(f'export PATH={_shell_quote(bin_dir)}:"$PATH"')
+        self.env_file.write_text("\n".join(lines) + "\n")
+        self.env_file.chmod(0o600)
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,17 @@
+"""The columns lakesync adds to every Delta table it writes, by name (no dependencies, so anything may import it).
+
+Target tables hold the source columns plus :data:`POS`, :data:`OP` and :data:`TS`; tombstone tables add
+:data:`DELETED_MS`. docs/sink.md describes the layout.
+"""
+
+#: The source position of the change (:meth:`lakesync.core.positions.SourcePosition.key`).
+POS = "_lakesync_pos"
+#: ``r`` snapshot read, ``c`` create, ``u`` update, ``d`` delete (``d`` only in changes and append logs).
+OP = "_lakesync_op"
+#: The source commit time of the change, in milliseconds since the epoch.
+TS = "_lakesync_ts_ms"
+#: When the delete happened at the source (ms); tombstones older than the retention horizon are purged.
+DELETED_MS = "_lakesync_deleted_ms"
+
+META_COLUMNS = (POS, OP, TS)
+DELETE_OP = "d"

@@ -1,0 +1,249 @@
+"""Offset tools over a confluent-kafka consumer: partitions, true log ends, seeks by source position.
+
+Used by the Spark source (planning micro-batches on the driver), by the stream app (finding the offsets
+that cover a snapshot position) and by the relay. Everything here works by ``assign`` and never joins a
+consumer group (group joins stall on the embedded broker), and each function that reads messages
+re-assigns the consumer it is given: pass a consumer made by :func:`offset_consumer` and used for
+nothing else.
+
+Why not just the high watermark: the embedded broker reports, in ListOffsets, the base offset of the last
+record batch plus one instead of the log end. A fetch answer carries the right high watermark, so
+:func:`true_end_offsets` reads forward from ``hw - 1``; on real Kafka that costs one small fetch.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from lakesync.core.errors import BrokerError, ConfigError
+
+#: A partition, as ``(topic, partition)``.
+TP = tuple[str, int]
+
+POSITION_HEADER = "lakesync.pos"
+
+
+def offset_consumer(client: Mapping[str, str]) -> Consumer:
+    """A consumer suited to the functions of this module.
+
+    Partition-EOF events tell "nothing more" apart from "not yet" without waiting for a timeout, and a
+    short fetch wait makes each probe cost one round trip instead of the broker's long-poll time.
+    """
+    config = {"group.id": "lakesync-offsets", **client, "enable.partition.eof": "true",
+              "fetch.wait.max.ms": "10", "enable.auto.commit": "false"}
+    try:
+        return Consumer(config)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot create a Kafka consumer: {exc}",
+                          hint="check the kafka.* options (bootstrap.servers, security settings)") from exc
+
+
+def _broker_error(what: str, exc: BaseException) -> BrokerError:
+    return BrokerError(f"the broker did not answer {what}: {exc}",
+                       hint="check that the broker is up and reachable at kafka.bootstrap.servers")
+
+
+def list_partitions(consumer: Consumer, *, topics: Sequence[str] | None = None, pattern: str | None = None,
+                    timeout: float = 10.0) -> list[TP]:
+    """The partitions of the named topics, or of every topic whose whole name matches ``pattern``.
+
+    Topics that don't exist (yet) are left out rather than refused: the relay creates a table's topic on
+    its first change, and each new micro-batch asks again, so new topics and partitions are picked up.
+    Internal topics (``__consumer_offsets`` and the like) never match a pattern.
+    """
+    if (topics is None) == (pattern is None):
+        raise ConfigError("list_partitions needs exactly one of topics and pattern")
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise _broker_error("a metadata request", exc) from exc
+    if topics is not None:
+        wanted = set(topics)
+        names = [name for name in metadata.topics if name in wanted]
+    else:
+        regex = re.compile(pattern or "")
+        names = [name for name in metadata.topics if not name.startswith("__") and regex.fullmatch(name)]
+    return sorted((name, partition) for name in names
+                  for partition, info in metadata.topics[name].partitions.items() if info.error is None)
+
+
+#: ListOffsets' special timestamps: the first offset in the log, and the broker's high watermark.
+_EARLIEST_TS, _HIGH_WATERMARK_TS = -2, -1
+
+
+def _list_offsets(consumer: Consumer, partitions: Iterable[TP], which: int, *, timeout: float) -> dict[TP, int]:
+    """One ListOffsets round trip per broker for many partitions (``get_watermark_offsets`` costs one each)."""
+    tps = list(partitions)
+    if not tps:
+        return {}
+    try:
+        answers = consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in tps], timeout=timeout)
+    except KafkaException as exc:
+        raise _broker_error("an offsets request", exc) from exc
+    failed = [answer for answer in answers if answer.error is not None]
+    if failed:
+        raise BrokerError("the broker refused an offsets request: "
+                          + ", ".join(f"{a.topic}/{a.partition}: {a.error}" for a in failed),
+                          hint="check that the topics exist and the credentials may describe them")
+    return {(answer.topic, answer.partition): answer.offset for answer in answers}
+
+
+def watermarks(consumer: Consumer, tp: TP, *, timeout: float = 10.0) -> tuple[int, int]:
+    """The broker's (low, high) watermarks; the high one is not the log end on the embedded broker."""
+    return (_list_offsets(consumer, [tp], _EARLIEST_TS, timeout=timeout)[tp],
+            _list_offsets(consumer, [tp], _HIGH_WATERMARK_TS, timeout=timeout)[tp])
+
+
+def earliest_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
+    """The first offset still in the log of each partition."""
+    return _list_offsets(consumer, partitions, _EARLIEST_TS, timeout=timeout)
+
+
+def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callable[[Message], bool], *,
+                timeout: float) -> set[TP]:
+    """Assign ``starts`` and feed messages to ``on_message`` until each partition is done.
+
+    A partition is done when it reaches its end (partition EOF) or when ``on_message`` returns True for one
+    of its messages. Returns the partitions that ended by EOF.
+    """
+    consumer.assign([TopicPartition(topic, partition, offset) for (topic, partition), offset in starts.items()])
+    pending, at_eof = set(starts), set()
+    deadline = time.monotonic() + timeout
+    try:
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError(
+                    f"no answer from the broker within {timeout:.0f}s while reading "
+                    + ", ".join(f"{t}/{p}" for t, p in sorted(pending)),
+                    hint="check the broker; the consumer needs enable.partition.eof=true (see offset_consumer)")
+            msg = consumer.poll(min(remaining, 1.0))
+            if msg is None:
+                continue
+            tp = (msg.topic(), msg.partition())
+            error = msg.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise BrokerError(f"reading {tp[0]}/{tp[1]} failed: {error}",
+                                      hint="check the broker and the kafka.* options")
+                if tp in pending:
+                    pending.discard(tp)
+                    at_eof.add(tp)
+                    on_message(msg)
+                continue
+            if tp in pending and on_message(msg):
+                pending.discard(tp)
+    finally:
+        consumer.unassign()
+    return at_eof
+
+
+def true_end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
+    """The real log end (next offset to be written) of each partition, at the time of the call.
+
+    Reads forward from ``high watermark - 1`` to the partition's end; the end-of-partition event carries the
+    offset where reading stopped, which is the log end whatever ListOffsets said.
+    """
+    tps = list(partitions)
+    if not tps:
+        return {}
+    lows = _list_offsets(consumer, tps, _EARLIEST_TS, timeout=timeout)
+    highs = _list_offsets(consumer, tps, _HIGH_WATERMARK_TS, timeout=timeout)
+    starts = {tp: max(lows[tp], highs[tp] - 1) if highs[tp] > lows[tp] else highs[tp] for tp in tps}
+    ends = dict(starts)
+
+    def track(msg: Message) -> bool:
+        tp = (msg.topic(), msg.partition())
+        ends[tp] = msg.offset() if msg.error() else max(ends[tp], msg.offset() + 1)
+        return False
+
+    _read_until(consumer, starts, track, timeout=timeout)
+    return ends
+
+
+def true_end_offset(consumer: Consumer, topic: str, partition: int, *, timeout: float = 10.0) -> int:
+    """The real log end of one partition; see :func:`true_end_offsets`."""
+    return true_end_offsets(consumer, [(topic, partition)], timeout=timeout)[(topic, partition)]
+
+
+def _header(msg: Message, name: str) -> str | None:
+    for key, value in msg.headers() or ():
+        if key == name:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *,
+                    timeout: float) -> dict[TP, tuple[int, str]]:
+    """The first message at or after each start, as (its offset, its position key); absent past the end."""
+    found: dict[TP, tuple[int, str]] = {}
+
+    def take(msg: Message) -> bool:
+        if msg.error():
+            return True
+        key = _header(msg, header)
+        if key is None:
+            raise ConfigError(f"message {msg.topic()}/{msg.partition()}@{msg.offset()} has no {header!r} header",
+                              hint="seeking by source position needs topics written by the lakesync relay")
+        found[(msg.topic(), msg.partition())] = (msg.offset(), key)
+        return True
+
+    _read_until(consumer, starts, take, timeout=timeout)
+    return found
+
+
+def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], position_key: str,
+                              header: str = POSITION_HEADER, *, timeout: float = 10.0) -> dict[TP, int]:
+    """For each partition, the first offset whose message carries a position key ``>= position_key``.
+
+    Positions never decrease along a partition, so a binary search over offsets finds it by reading
+    O(log n) single messages; all partitions are searched together, one fetch round per step. Returns the
+    log end where every message is before the position (and for an empty partition): the offset to start
+    reading from to see everything at or after it.
+    """
+    tps = list(partitions)
+    lo = earliest_offsets(consumer, tps, timeout=timeout)
+    hi = true_end_offsets(consumer, tps, timeout=timeout)
+    while searching := {tp: (lo[tp] + hi[tp]) // 2 for tp in tps if lo[tp] < hi[tp]}:
+        probes = _first_messages(consumer, searching, header, timeout=timeout)
+        for tp, mid in searching.items():
+            probe = probes.get(tp)
+            if probe is None or probe[0] >= hi[tp] or probe[1] >= position_key:
+                hi[tp] = mid  # nothing in [mid, probe) exists, so mid is as good a start as the probe
+            else:
+                lo[tp] = probe[0] + 1
+    return lo
+
+
+def first_offset_at_or_after(consumer: Consumer, topic: str, partition: int, position_key: str,
+                             header: str = POSITION_HEADER, *, timeout: float = 10.0) -> int:
+    """One partition's :func:`first_offsets_at_or_after`."""
+    tp = (topic, partition)
+    return first_offsets_at_or_after(consumer, [tp], position_key, header, timeout=timeout)[tp]
+
+
+def rate_limited_ends(starts: Mapping[TP, int], ends: Mapping[TP, int], max_rows: int) -> dict[TP, int]:
+    """End offsets that advance at most ``max_rows`` messages in total, shared in proportion to each lag.
+
+    Like Spark's ``maxOffsetsPerTrigger``, but never over the limit, and every lagging partition moves by at
+    least one while the budget lasts so that none starves.
+    """
+    lags = {tp: max(0, ends[tp] - starts.get(tp, ends[tp])) for tp in ends}
+    total = sum(lags.values())
+    if total <= max_rows:
+        return dict(ends)
+    lagging = [tp for tp, lag in lags.items() if lag > 0]
+    share = {tp: (max_rows * lags[tp]) // total for tp in lagging}
+    leftover = max_rows - sum(share.values())
+    # The rounding remainder goes one each to partitions that got nothing yet, then to the biggest lags.
+    for tp in sorted(lagging, key=lambda tp: (share[tp] > 0, -lags[tp], tp)):
+        if leftover <= 0:
+            break
+        if share[tp] < lags[tp]:
+            share[tp] += 1
+            leftover -= 1
+    return {tp: (starts[tp] + share[tp] if tp in share else ends[tp]) for tp in ends}

@@ -1,0 +1,404 @@
+"""Spark reads Kafka through this Python data source: ``spark.readStream.format("lakesync-kafka")``.
+
+Why a Python source: Spark's own Kafka connector (spark-sql-kafka-0-10) comes from Maven, which our
+machines cannot reach. This one gives the same columns and the same option names (see
+:mod:`lakesync.kafka.config`), and works the same way: the driver plans each micro-batch as one offset
+range per topic-partition, the ranges go into Spark's checkpoint, and the executors read exactly those
+ranges with ``assign`` (never a consumer group), so a replayed batch reads the same messages again.
+
+Offsets travel in Spark's JSON form, ``{"topic": {"0": 23}}``: the next offset to read per partition.
+``trigger(availableNow=True)`` is supported (the reader implements ``SupportsTriggerAvailableNow``), and
+``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` API. Executors hand Spark Arrow
+record batches, not rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from lakesync.core.errors import BrokerError, ConfigError, GapError
+from lakesync.kafka import offsets as kafka_offsets
+from lakesync.kafka.config import EARLIEST, LATEST, KafkaSourceOptions, OffsetSpec
+from lakesync.kafka.offsets import TP
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "lakesync-kafka"
+
+#: The columns of Spark's Kafka source (with ``includeHeaders``), in its order: ``key binary, value binary,
+#: topic string, partition int, offset long, timestamp timestamp, timestampType int,
+#: headers array<struct<key:string,value:binary>>``. Built in Python because parsing DDL needs a JVM,
+#: which the executors' Python workers don't have.
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())]))),
+])
+
+#: Messages per Arrow record batch handed to Spark.
+_ARROW_BATCH_ROWS = 8192
+
+OffsetJson = dict[str, dict[str, int]]
+
+
+def to_json(offsets: Mapping[TP, int]) -> OffsetJson:
+    """Offsets per partition in Spark's JSON form (partition numbers become string keys)."""
+    result: OffsetJson = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = int(offset)
+    return result
+
+
+def from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[TP, int]:
+    return {(topic, int(partition)): int(offset) for topic, parts in offsets.items()
+            for partition, offset in parts.items()}
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task: the messages of one topic-partition in ``[start, end)``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@lru_cache(maxsize=1)
+def arrow_schema() -> pa.Schema:
+    """The Arrow schema Spark expects back from ``read`` (it compares nullability and time zone too)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+
+
+def _record_batch(messages: Sequence) -> pa.RecordBatch:
+    """Spark's Kafka row layout for a run of confluent-kafka messages, column by column."""
+    schema = arrow_schema()
+    keys, values, offsets, stamps, stamp_types = [], [], [], [], []
+    header_offsets, header_keys, header_values = [0], [], []
+    for msg in messages:
+        keys.append(msg.key())
+        values.append(msg.value())
+        offsets.append(msg.offset())
+        stamp_type, stamp = msg.timestamp()
+        # confluent-kafka: 0 none, 1 create time, 2 log-append time; Spark/Kafka: -1, 0, 1.
+        stamp_types.append(stamp_type - 1)
+        stamps.append(stamp * 1000 if stamp_type else None)
+        for key, value in msg.headers() or ():
+            header_keys.append(key)
+            header_values.append(value)
+        header_offsets.append(len(header_keys))
+    count = len(messages)
+    headers_type = schema.field("headers").type
+    header_struct = pa.StructArray.from_arrays(
+        [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
+        fields=list(headers_type.value_type))
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([messages[0].topic()] * count, pa.string()) if count else pa.array([], pa.string()),
+        pa.array([messages[0].partition()] * count, pa.int32()) if count else pa.array([], pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(stamps, schema.field("timestamp").type),
+        pa.array(stamp_types, pa.int32()),
+        pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_struct, type=headers_type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _check_log_end(where: str, log_end: int, planned_end: int) -> None:
+    if log_end < planned_end:
+        raise GapError(f"the log of {where} ends at offset {log_end}, before the planned end {planned_end}: "
+                       "the topic was deleted and recreated, or the broker lost data",
+                       hint="re-run the full load and start the stream from a new checkpoint")
+
+
+def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_timeout_s: float
+               ) -> Iterator[pa.RecordBatch]:
+    """The messages of ``part`` as Arrow batches, stopping exactly at ``part.end``.
+
+    The range was planned from the log as the driver saw it. If the log now ends before ``part.end``
+    (topic deleted and recreated, broker lost data) or no longer holds ``part.start`` (retention), the
+    task fails with :class:`GapError` instead of waiting or silently jumping.
+    """
+    if part.end <= part.start:
+        return
+    where = f"{part.topic}/{part.partition}"
+    consumer = Consumer({**client, "auto.offset.reset": "error", "enable.partition.eof": "true"})
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        next_offset, last_progress, reached_end = part.start, time.monotonic(), False
+        while not reached_end and next_offset < part.end:
+            try:
+                messages = consumer.consume(min(_ARROW_BATCH_ROWS, part.end - next_offset), timeout=0.5)
+            except KafkaException as exc:
+                raise BrokerError(f"reading {where} failed: {exc}") from exc
+            batch = []
+            for msg in messages:
+                error = msg.error()
+                if error is None and msg.offset() < part.end:
+                    batch.append(msg)
+                elif error is None:
+                    reached_end = True  # compaction left no message right before the end
+                    break
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    _check_log_end(where, msg.offset(), part.end)
+                elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                    raise GapError(f"offsets [{part.start}, {part.end}) of {where} are no longer in the log",
+                                   hint="retention removed them; re-run the full load, or see failOnDataLoss "
+                                        "in docs/kafka_source.md")
+                else:
+                    raise BrokerError(f"reading {where} failed: {error}", hint="check the broker and kafka.* options")
+            if batch:
+                next_offset, last_progress = batch[-1].offset() + 1, time.monotonic()
+                yield _record_batch(batch)
+                continue
+            # Past the log end the embedded broker answers with nothing at all, not "out of range"; the
+            # high watermark of its last fetch answer tells whether our range still exists.
+            high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)[1]
+            if 0 <= high <= next_offset:
+                _check_log_end(where, high, part.end)
+            if time.monotonic() - last_progress > poll_timeout_s:
+                raise BrokerError(f"no message from {where} at offset {next_offset} (planned end {part.end}) "
+                                  f"within {poll_timeout_s:.0f}s",
+                                  hint="check the broker; raise kafkaConsumer.pollTimeoutMs if it is just slow")
+    finally:
+        consumer.close()
+
+
+class _Planner:
+    """Driver-side offset arithmetic shared by the stream and the batch reader."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._consumer: Consumer | None = None
+
+    def __getstate__(self) -> dict:
+        # The reader object is pickled to the executors; a live consumer must not travel with it.
+        return {"options": self.options, "_consumer": None}
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = kafka_offsets.offset_consumer(self.options.client)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def partitions(self) -> list[TP]:
+        return kafka_offsets.list_partitions(self.consumer, topics=self.options.topics,
+                                             pattern=self.options.pattern)
+
+    def earliest(self, tps: Sequence[TP]) -> dict[TP, int]:
+        return kafka_offsets.earliest_offsets(self.consumer, tps)
+
+    def latest(self, tps: Sequence[TP]) -> dict[TP, int]:
+        return kafka_offsets.true_end_offsets(self.consumer, tps)
+
+    def resolve(self, spec: OffsetSpec, tps: Sequence[TP], *, missing: int = EARLIEST) -> dict[TP, int]:
+        """Concrete offsets for ``spec``; partitions a JSON spec leaves out get ``missing`` (-2 or -1)."""
+        if spec.kind == "earliest":
+            return self.earliest(tps)
+        if spec.kind == "latest":
+            return self.latest(tps)
+        given = {(topic, partition): offset for topic, parts in spec.offsets.items()
+                 for partition, offset in parts.items()}
+        unknown = sorted(set(given) - set(tps))
+        if unknown:
+            raise ConfigError("offsets were given for partitions that don't exist: "
+                              + ", ".join(f"{t}/{p}" for t, p in unknown),
+                              hint="check the topic names and partition numbers in the offsets JSON")
+        need_earliest = [tp for tp in tps if given.get(tp, missing) == EARLIEST]
+        need_latest = [tp for tp in tps if given.get(tp, missing) == LATEST]
+        resolved = {**self.earliest(need_earliest), **self.latest(need_latest)}
+        return {tp: resolved.get(tp, given.get(tp, 0)) for tp in tps}
+
+    def plan(self, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[KafkaInputPartition]:
+        """One input partition per topic-partition with messages in ``[start, end)``.
+
+        Partitions missing from ``start`` are new since the last batch and start at earliest. Messages the
+        stream has not read but Kafka no longer holds are data loss (see :meth:`check_loss`); with
+        ``failOnDataLoss=false`` such a partition is read from its earliest offset instead.
+        """
+        tps = sorted(end)
+        earliest = self.earliest(tps)
+        starts = {tp: start.get(tp, earliest[tp]) for tp in tps}
+        for tp in self.check_loss(starts, end, earliest):
+            log.warning("data loss in %s/%s: reading %s..%s instead of %s..%s", tp[0], tp[1], earliest[tp],
+                        end[tp], starts[tp], end[tp])
+            starts[tp] = earliest[tp]
+        return [KafkaInputPartition(topic, partition, starts[(topic, partition)], end[(topic, partition)])
+                for topic, partition in tps if end[(topic, partition)] > starts[(topic, partition)]]
+
+    def check_loss(self, starts: Mapping[TP, int], ends: Mapping[TP, int],
+                   earliest: Mapping[TP, int] | None = None) -> list[TP]:
+        """Partitions where unread messages are gone; a :class:`GapError` unless ``failOnDataLoss=false``.
+
+        Two ways to lose them: retention removed offsets before the log's start (needs ``earliest``), or
+        the log now ends before where the stream already is (topic deleted and recreated, broker data lost:
+        the embedded broker forgets everything on restart).
+        """
+        problems: dict[TP, str] = {}
+        for tp, start in starts.items():
+            if ends[tp] < start:
+                problems[tp] = f"{tp[0]}/{tp[1]} ends at {ends[tp]} but the stream already read up to {start}"
+            elif earliest is not None and start < earliest[tp] and ends[tp] > start:
+                problems[tp] = f"{tp[0]}/{tp[1]} needs offset {start} but the log starts at {earliest[tp]}"
+        if problems and self.options.fail_on_data_loss:
+            raise GapError("messages the stream has not read are no longer in Kafka: " + "; ".join(problems.values()),
+                           hint="re-run the full load and start the stream from a new checkpoint, or set "
+                                "failOnDataLoss=false to read such partitions again from their earliest offset")
+        return sorted(problems)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch planning on the driver, range reads on the executors."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        if options.ending is not None:
+            raise ConfigError("option endingOffsets only applies to batch reads (spark.read)",
+                              hint="remove it from the streaming query; use trigger(availableNow=True) to stop "
+                                   "at the data present when the query starts")
+        self.options = options
+        self._planner = _Planner(options)
+        self._target: dict[TP, int] | None = None
+        self._available_ends: dict[TP, int] | None = None
+
+    def initialOffset(self) -> OffsetJson:
+        starting = self.options.starting or OffsetSpec("latest")
+        return to_json(self._planner.resolve(starting, self._planner.partitions()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Freeze the target: the log ends of the partitions that exist now; later data waits for next run."""
+        self._target = self._planner.latest(self._planner.partitions())
+
+    def _available(self, start: Mapping[TP, int]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """(start, end) over every partition known now; new partitions start at earliest."""
+        ends = self._target if self._target is not None else self._planner.latest(self._planner.partitions())
+        new = [tp for tp in ends if tp not in start]
+        starts = {**self._planner.earliest(new), **start}
+        # A partition that vanished (topic deleted) keeps its offset; one whose log shrank is data loss,
+        # refused here, before Spark writes the batch to its offset log.
+        merged_ends = {tp: ends.get(tp, offset) for tp, offset in starts.items()}
+        self._planner.check_loss(starts, merged_ends)
+        return starts, merged_ends
+
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
+        starts, ends = self._available(from_json(start))
+        self._available_ends = ends
+        if isinstance(limit, ReadMaxRows):
+            ends = kafka_offsets.rate_limited_ends(starts, ends, limit.max_rows)
+        return to_json(ends)
+
+    def reportLatestOffset(self) -> OffsetJson | None:
+        """The log ends seen when planning the last batch, so the query progress shows the lag for free."""
+        return to_json(self._available_ends) if self._available_ends is not None else None
+
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> Sequence[InputPartition]:
+        return self._planner.plan(from_json(start), from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+
+    def commit(self, end: OffsetJson) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
+
+    def stop(self) -> None:
+        self._planner.close()
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read``: one fixed range per partition, from startingOffsets to endingOffsets."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = _Planner(self.options)
+        try:
+            tps = planner.partitions()
+            start = planner.resolve(self.options.starting or OffsetSpec("earliest"), tps)
+            end = planner.resolve(self.options.ending or OffsetSpec("latest"), tps, missing=LATEST)
+            backwards = [f"{t}/{p}: {start[(t, p)]} > {end[(t, p)]}" for t, p in tps if start[(t, p)] > end[(t, p)]]
+            if backwards:
+                raise ConfigError("startingOffsets is after endingOffsets for " + ", ".join(backwards),
+                                  hint="check both offset options; offsets are the next message to read")
+            return planner.plan(start, end)
+        finally:
+            planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaInputPartition):
+            return iter(())  # Spark's placeholder when there is nothing to read
+        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+
+
+class KafkaDataSource(DataSource):
+    """``format("lakesync-kafka")``: Kafka as Spark's Kafka source shows it, read with confluent-kafka."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return KAFKA_SCHEMA
+
+    def _options(self) -> KafkaSourceOptions:
+        return KafkaSourceOptions.from_options(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self._options())
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("lakesync-kafka")`` available in ``spark``; calling it again changes nothing."""
+    registered = getattr(spark, "_lakesync_kafka_registered", False)
+    if not registered:
+        spark.dataSource.register(KafkaDataSource)
+        spark._lakesync_kafka_registered = True  # type: ignore[attr-defined]

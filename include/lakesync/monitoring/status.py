@@ -1,0 +1,130 @@
+"""What a pipeline is doing, per table, as one JSON-able dict: ``lakesync status`` and the Airflow view.
+
+Cheap on purpose, because the Airflow view calls it on every page load: it reads the pipeline's state files
+(the full load's ``full_load.json``, the stream's ``stream_progress.json``), the Delta tables' transaction
+logs (metadata: version, file count, row count and the largest ``_lakesync_pos`` from file statistics; never
+a data scan), the small validation-runs table, and, unless ``relay=False``, the relay's stored progress from
+its offsets topic (one short read of a compacted topic). It never connects to the source database.
+
+Shape::
+
+    {"pipeline": "demo", "database": "bank", "delta_root": "...", "generated_at": "...Z",
+     "full_load": {"position": "...", "mode": "consistent", "started_at": "...", "finished_at": "..."},
+     "relay": {"position": "...", "covered_from": "...", "updated_ms": 0} | {"error": "..."} (absent with relay=False),
+     "tables": [{"table": "customers", "semantics": "exactly_once", "key_columns": ["id"],
+                 "full_load": {...} | null, "stream": {...} | null, "delta": {...} | null,
+                 "last_validation": {...} | null, "lagging": false}]}
+
+``semantics`` and ``key_columns`` come from the pipeline file, else from the last validation run (which
+read them from the source); ``null`` means not known yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakesync.core.config import Pipeline
+from lakesync.core.errors import LakesyncError
+from lakesync.core.table_layout import POS
+from lakesync.full_load.state import LoadState
+from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.validation.store import last_results
+
+
+def _iso_ms(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def delta_summary(uri: str, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """Version, files, rows (tombstones included) and the largest position, from the log alone."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(uri, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    actions = pa.table(table.get_add_actions(flatten=True))
+    max_column = f"max.{POS}"
+    max_position = pc.max(actions[max_column]).as_py() if max_column in actions.column_names else None
+    rows = pc.sum(actions["num_records"]).as_py() if "num_records" in actions.column_names else None
+    return {"version": table.version(), "files": actions.num_rows, "rows": rows, "max_position": max_position}
+
+
+def _stream_entry(progress: TableProgress, now_ms: int) -> dict[str, Any]:
+    return {**asdict(progress), "lag_seconds": progress.lag_seconds(now_ms),
+            "last_batch_at": _iso_ms(progress.last_batch_at_ms)}
+
+
+def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any]:
+    """The relay's stored progress (``position``: everything before it is in Kafka; ``covered_from``: where
+    it first started), or ``{"error": ...}`` when the broker can't be read, or ``{"position": None}`` when
+    the relay has never stored progress."""
+    from lakesync.relay.offsets import ProgressStore
+
+    try:
+        progress = ProgressStore.for_pipeline(pipeline).load(timeout=timeout_s)
+    except LakesyncError as exc:
+        return {"error": exc.message}
+    if progress is None:
+        return {"position": None, "covered_from": None, "updated_at": None}
+    return {"position": progress.position.key(), "position_token": progress.position.token(),
+            "covered_from": progress.covered_from.key(), "updated_at": _iso_ms(progress.updated_ms or None)}
+
+
+def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0) -> dict[str, Any]:
+    """The pipeline's state per table (see the module docstring for the shape)."""
+    now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    stream = StreamProgress.load(pipeline.pipeline_state_dir)
+    validations = last_results(pipeline)
+    names = set(load.tables) | set(stream.tables) | set(validations)
+    names |= {name for name in pipeline.tables.overrides if pipeline.tables.selects(name)}
+    storage = pipeline.delta.storage_options or None
+    tables = []
+    for name in sorted(names):
+        settings = pipeline.tables.settings_for(name)
+        validation = validations.get(name)
+        key_columns = settings.key_columns or (validation["key_columns"] if validation else None)
+        semantics = settings.semantics or (validation["semantics"] if validation else None)
+        loaded = load.tables.get(name)
+        progress = stream.tables.get(name)
+        stream_entry = _stream_entry(progress, now_ms) if progress else None
+        lag = stream_entry["lag_seconds"] if stream_entry else None
+        tables.append({
+            "table": name,
+            "semantics": semantics,
+            "key_columns": key_columns,
+            "full_load": None if loaded is None else {
+                "status": loaded.status, "rows": loaded.rows, "position": loaded.position_key,
+                "mode": loaded.mode, "delta_version": loaded.delta_version, "seconds": loaded.seconds,
+                "finished_at": load.finished_at if loaded.status == "done" else None,
+            },
+            "stream": stream_entry,
+            "delta": delta_summary(pipeline.delta.table_uri(name), storage),
+            "last_validation": None if validation is None else {
+                key: validation[key] for key in ("run_id", "finished_at", "status", "source_rows", "delta_rows",
+                                                 "mismatched_keys", "in_flight_keys", "stream_behind", "note")
+            },
+            "lagging": lag is not None and lag > pipeline.stream.lag_alert_seconds,
+        })
+    status: dict[str, Any] = {
+        "pipeline": pipeline.name,
+        "database": pipeline.source.database,
+        "delta_root": pipeline.delta.root,
+        "generated_at": _iso_ms(now_ms),
+        "full_load": {"position": load.position.key() if load.position else None,
+                      "position_token": load.position.token() if load.position else None,
+                      "mode": load.mode, "started_at": load.started_at, "finished_at": load.finished_at},
+        "tables": tables,
+    }
+    if relay:
+        status["relay"] = relay_status(pipeline, timeout_s=relay_timeout_s)
+    return status
