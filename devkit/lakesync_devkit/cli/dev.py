@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
+from lakesync_devkit.dev.production import ProductionStack
 from lakesync_devkit.dev.stack import DevStack
 
 HELP = """\
@@ -16,6 +17,10 @@ Start, stop or show the embedded stack: MariaDB (binlog on, ROW/FULL/FULL, GTIDs
 broker and an Airflow home, on 127.0.0.1 with free ports. All state lives in one folder
 (--state-dir, $LAKESYNC_STATE_DIR, default ./.lakesync). `source <state-dir>/env.sh` gives a shell the
 stack's connections. Starting twice is harmless.
+
+--shape production adds what a team runs: a Spark standalone cluster (a master, two workers), Airflow's
+api-server, scheduler, dag-processor and triggerer on PostgreSQL with the LocalExecutor, and an S3 endpoint
+(moto) holding the demo pipeline's Delta tables; see docs/deployment.md.
 """
 
 
@@ -26,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = dev.add_subparsers(title="actions", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start MariaDB and the broker; create the demo database")
     up.add_argument("--no-demo", action="store_true", help="do not create the demo bank database")
+    up.add_argument("--shape", choices=["embedded", "production"], default="embedded",
+                    help="embedded (default): MariaDB, broker, Airflow home on SQLite; production: also a Spark "
+                         "cluster, Airflow services on PostgreSQL, Delta on an S3 endpoint")
     up.set_defaults(func=_up)
     down = actions.add_parser("down", help="stop the servers (data is kept unless --purge)")
     down.add_argument("--purge", action="store_true", help="also delete the state folder")
@@ -33,10 +41,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions.add_parser("status", help="show what runs where").set_defaults(func=_status)
 
 
+def _stack(args: argparse.Namespace, *, production: bool = False) -> DevStack:
+    """The production shape's stack when asked for or when one was started in the folder, else the embedded one."""
+    stack = ProductionStack(args.state_dir)
+    return stack if production or stack.has_production() else DevStack(args.state_dir)
+
+
 def _up(args: argparse.Namespace) -> int:
-    stack = DevStack(args.state_dir)
+    production = args.shape == "production"
+    stack = _stack(args, production=production)
     console = Console(stderr=True)
-    with console.status("starting MariaDB and the broker..."):
+    what = "the production shape (this takes a minute or two)" if production else "MariaDB and the broker"
+    with console.status(f"starting {what}..."):
         stack.up()
     if not args.no_demo:
         ensure_demo_database(stack)
@@ -58,7 +74,7 @@ def ensure_demo_database(stack: DevStack) -> bool:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stack = DevStack(args.state_dir)
+    stack = _stack(args)
     stack.down()
     if args.purge and stack.state_dir.exists():
         shutil.rmtree(stack.state_dir)
@@ -69,7 +85,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    stack = DevStack(args.state_dir)
+    stack = _stack(args)
     if not stack.exists():
         print(f"no embedded stack in {stack.state_dir} (start one with `lakesync dev up`)")
         return 1

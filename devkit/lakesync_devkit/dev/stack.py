@@ -131,9 +131,13 @@ class DevStack:
         self.mariadb.start()
         self.mariadb.create_lakesync_user(LAKESYNC_USER, self.settings.lakesync_password)
         self.broker.start()
-        prepare_airflow_home(self.airflow_home, connections=self.connection_env(),
-                             api_port=self.settings.airflow_port)
+        self.prepare_airflow()
         self.write_env_file()
+
+    def prepare_airflow(self) -> dict[str, str]:
+        """Migrate the Airflow home's metadata database; returns the environment Airflow commands run with."""
+        return prepare_airflow_home(self.airflow_home, connections=self.connection_env(),
+                                    api_port=self.settings.airflow_port)
 
     def down(self) -> None:
         """Stop the servers; their data stays in the state folder (``--purge`` in the CLI removes it)."""
