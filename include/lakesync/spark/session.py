@@ -21,7 +21,9 @@ def build_spark_session(app_name: str, *, master: str | None = None, extra_conf:
     # Python workers must run this interpreter, or they won't find lakesync and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
+    # spark-submit starts the Python driver with its gateway already running (PYSPARK_GATEWAY_PORT) and its
+    # --master in the JVM's conf: setting a master here would silently turn a cluster job into a local one.
+    if master or not os.environ.get("PYSPARK_GATEWAY_PORT"):
         builder = builder.master(master or os.environ.get("LAKESYNC_SPARK_MASTER", "local[2]"))
     defaults = {
         "spark.sql.shuffle.partitions": "4",
