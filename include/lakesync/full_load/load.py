@@ -24,7 +24,6 @@ import datetime as dt
 import itertools
 import json
 import logging
-import os
 import queue
 import time
 import uuid
@@ -37,7 +36,6 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pymysql
 from deltalake import CommitProperties, DeltaTable, Schema
@@ -46,6 +44,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection, mysql_connection
 from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError, SourceError
+from lakesync.core.object_store import arrow_filesystem
 from lakesync.core.positions import SourcePosition
 from lakesync.core.table_layout import OP, POS, TS
 from lakesync.full_load.state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
@@ -140,12 +139,8 @@ class ChunkTask:
     key_range: KeyRange
     table_uri: str
     ts_ms: int
-
-
-def _table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in table_uri:
-        return pafs.FileSystem.from_uri(table_uri)
-    return pafs.LocalFileSystem(), os.path.abspath(table_uri)
+    #: ``delta.storage_options``: the executors write to the same object store as the driver commits to.
+    storage_options: dict[str, str] = field(default_factory=dict)
 
 
 def _stats_value(value: Any) -> Any:
@@ -198,13 +193,13 @@ class _FileStats:
         })
 
 
-def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, stats_columns: Sequence[str]
-               ) -> tuple[str, int, int, str]:
+def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, stats_columns: Sequence[str],
+               storage_options: dict[str, str] | None = None) -> tuple[str, int, int, str]:
     """Write tagged rows as one Parquet file in the table folder; ``(relative path, bytes, rows, stats)``.
 
     The file is invisible to readers until a commit adds it; a load that fails leaves it for VACUUM.
     """
-    filesystem, root = _table_filesystem(table_uri)
+    filesystem, root = arrow_filesystem(table_uri, storage_options)
     name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
     stats = _FileStats(stats_columns)
     try:
@@ -238,7 +233,8 @@ def load_chunk(task: ChunkTask) -> ChunkDone:
             tag = RowTagger(schema, position, task.ts_ms)
             parts = (tag(part) for part in _read_chunk(conn, reader, task.key_range))
             name, size, rows, stats = write_part(task.table_uri, schema, parts,
-                                                 stats_columns=[*task.shape.key_columns, POS])
+                                                 stats_columns=[*task.shape.key_columns, POS],
+                                                 storage_options=task.storage_options)
     finally:
         conn.close()
     return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=size, rows=rows,
@@ -448,7 +444,8 @@ class FullLoad:
 
         def write(parts: Iterable[pa.Table], chunk_id: str) -> ChunkDone:
             tagged = (tag(part) for part in parts)
-            path, size, rows, stats = write_part(uri, schema, tagged, stats_columns=stats_columns)
+            path, size, rows, stats = write_part(uri, schema, tagged, stats_columns=stats_columns,
+                                                 storage_options=self.pipeline.delta.storage_options)
             return ChunkDone(chunk_id, path, size, rows, snapshot.position.key(),
                              position_to_json(snapshot.position), stats)
 
@@ -567,7 +564,8 @@ class FullLoad:
             done = entry.chunk_ids()
             total = max(shape.estimated_rows, 1)
             ts_ms = int(time.time() * 1000)
-            tasks = [ChunkTask(self.connection, shape, r, self.pipeline.delta.table_uri(name), ts_ms)
+            tasks = [ChunkTask(self.connection, shape, r, self.pipeline.delta.table_uri(name), ts_ms,
+                               dict(self.pipeline.delta.storage_options))
                      for r in ranges if r.chunk_id not in done]
 
             def on_done(chunk: ChunkDone, name: str = name, total: int = total) -> None:
