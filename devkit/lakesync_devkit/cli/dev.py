@@ -56,6 +56,8 @@ def _up(args: argparse.Namespace) -> int:
         stack.up()
     if not args.no_demo:
         ensure_demo_database(stack)
+        if isinstance(stack, ProductionStack):
+            stack.start_relay()
     _print_status(stack)
     console.print(f"connections for your shell: [bold]source {stack.env_file}[/bold]")
     return 0

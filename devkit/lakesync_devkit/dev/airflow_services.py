@@ -24,8 +24,12 @@ SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 @dataclass
 class AirflowService:
+    """One long-running command (``python -m <module> <command...>``) with its pid file and log in ``home``."""
+
     home: Path
     command: str
+    module: str = "airflow"
+    args: tuple[str, ...] = ()
 
     @property
     def log_file(self) -> Path:
@@ -47,7 +51,9 @@ class AirflowService:
     def start(self, env: dict[str, str]) -> None:
         if self.is_running():
             return
-        pid = spawn([sys.executable, "-m", "airflow", self.command], log_file=self.log_file, env=env, cwd=self.home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        pid = spawn([sys.executable, "-m", self.module, self.command, *self.args], log_file=self.log_file, env=env,
+                    cwd=self.home)
         self.pid_file.write_text(str(pid))
 
     def stop(self) -> None:

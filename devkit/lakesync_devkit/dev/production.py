@@ -22,7 +22,7 @@ import yaml
 
 from lakesync.core.connections import SPARK_CONN_ID
 from lakesync_devkit.dev.airflow_home import prepare_airflow_home, repo_root
-from lakesync_devkit.dev.airflow_services import AirflowServices
+from lakesync_devkit.dev.airflow_services import AirflowService, AirflowServices
 from lakesync_devkit.dev.object_store import REGION, ObjectStore
 from lakesync_devkit.dev.postgres import PostgresServer
 from lakesync_devkit.dev.processes import free_port
@@ -137,6 +137,15 @@ class ProductionStack(DevStack):
         return AirflowServices(self.airflow_home, f"http://127.0.0.1:{self.settings.airflow_port}")
 
     @property
+    def relay(self) -> AirflowService:
+        """The relay of the demo pipeline, a service of its own as in docker-compose (``lakesync-relay``)."""
+        return AirflowService(self.home / "relay", "relay", module="lakesync.cli.main", args=("--pipeline", "demo"))
+
+    def start_relay(self) -> None:
+        """Start the relay (once the demo database exists: it checks the source's tables at start)."""
+        self.relay.start({**os.environ, **self.airflow_env()})
+
+    @property
     def pipelines_dir(self) -> Path:
         return self.home / "pipelines"
 
@@ -210,6 +219,7 @@ class ProductionStack(DevStack):
 
     def down(self) -> None:
         if self.has_production():
+            self.relay.stop()
             self.airflow.stop()
             self.spark.stop()
             self.object_store.stop()
@@ -232,6 +242,8 @@ class ProductionStack(DevStack):
             found[f"spark {daemon.home.name}"] = {"running": daemon.is_running(),
                                                   "address": f"{daemon.host}:{daemon.port}",
                                                   "pid": daemon.pid(), "log": str(daemon.log_file)}
+        relay = self.relay
+        found["relay"] = {"running": relay.is_running(), "address": f"pid {relay.pid()}", "log": str(relay.log_file)}
         for name, info in self.airflow.status().items():
             found[name] = {**info, "address": self.airflow.api.url if "api" in name else f"pid {info['pid']}"}
         return found
