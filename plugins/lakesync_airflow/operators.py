@@ -205,28 +205,30 @@ class MaintenanceOperator(BaseOperator):
         self.vacuum_retention_hours = vacuum_retention_hours
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from pathlib import Path
-
         from deltalake import DeltaTable
 
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+        from lakesync.source.schema import list_tables
 
-        pipeline = LakesyncHook(self.pipeline).pipeline
-        root = pipeline.delta.root
-        if "://" in root and not root.startswith("file://"):
-            raise ConfigError(f"maintenance lists tables of local Delta roots only; {root} is remote",
-                              hint="run OPTIMIZE/VACUUM with your object store's tooling for now")
+        hook = LakesyncHook(self.pipeline)
+        pipeline = hook.pipeline
         options = pipeline.delta.storage_options or None
         cutoff_ms = int((time.time() - pipeline.stream.tombstone_retention_hours * 3600) * 1000)
+        # The tables are named by the source, not by listing the Delta root: an object store has no folders
+        # to list cheaply, and the same code then serves local and s3:// roots alike.
+        with hook.source_connection() as conn:
+            names = [t for t in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(t)]
         reports = []
-        for folder in sorted(p for p in Path(root.removeprefix("file://")).glob("*") if (p / "_delta_log").is_dir()):
-            table = DeltaTable(str(folder), storage_options=options)
+        for name in names:
+            uri = pipeline.delta.table_uri(name)
+            if not DeltaTable.is_deltatable(uri, storage_options=options):
+                continue
+            table = DeltaTable(uri, storage_options=options)
             compacted = table.optimize.compact()
-            purged = TombstoneStore(tombstone_uri(str(folder)), key_columns=[], storage_options=options).purge(
-                cutoff_ms)
+            purged = TombstoneStore(tombstone_uri(uri), key_columns=[], storage_options=options).purge(cutoff_ms)
             vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
                                     enforce_retention_duration=False)
-            report = {"table": folder.name, "version": table.version(),
+            report = {"table": name, "version": table.version(),
                       "files_added_by_optimize": compacted.get("numFilesAdded", 0),
                       "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
                       "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}

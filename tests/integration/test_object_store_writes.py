@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from lakesync_devkit.dev.processes import free_port
 
 from lakesync.core.errors import ConfigError
 from lakesync.core.object_store import arrow_filesystem
 from lakesync.full_load.load import write_part
-from lakesync_devkit.dev.processes import free_port
 
 pytestmark = [pytest.mark.integration]
 
