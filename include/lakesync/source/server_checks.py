@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 
 from lakesync.core.errors import BinlogPurgedError, SourceError
 from lakesync.core.positions import SourcePosition
 
 log = logging.getLogger(__name__)
-_ACCESS_DENIED = (1227, 1045, 1142)
+_ACCESS_DENIED = (ER.SPECIFIC_ACCESS_DENIED_ERROR, ER.ACCESS_DENIED_ERROR, ER.TABLEACCESS_DENIED_ERROR)
 
 #: (variable, required value) checked by :func:`check_binlog_settings`, in the order a DBA fixes them.
 REQUIRED_SETTINGS: tuple[tuple[str, str], ...] = (
