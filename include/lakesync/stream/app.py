@@ -26,6 +26,7 @@ from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.core.state_files import write_text_atomically
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
@@ -66,9 +67,7 @@ def stream_id(checkpoint: Path) -> str:
     id_file = checkpoint / STREAM_ID_FILE
     if not id_file.exists() or not id_file.read_text().strip():
         # written whole or not at all: a crash here must not leave an empty id (a shared app id)
-        tmp = id_file.with_suffix(".tmp")
-        tmp.write_text(uuid.uuid4().hex)
-        tmp.replace(id_file)
+        write_text_atomically(id_file, uuid.uuid4().hex)
     return id_file.read_text().strip()
 
 
