@@ -55,7 +55,7 @@ class SinkError(LakesyncError):
 
 
 class ValidationMismatch(LakesyncError):
-    """Source and Delta differ after re-checks; the differing keys are in ``details``."""
+    """Source and Delta differ after re-checks; the message names the tables (and the first keys) that differ."""
 
     exit_code = 3
 
