@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,19 +255,13 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     return applier.summary
 
 
-_WRAPPED_ERROR = re.compile(r"lakesync\.errors\.(?P<kind>\w+): (?P<message>.*?)(?:\n\s*hint: (?P<hint>[^\n]*))?\n", re.S)
-
-
 def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:
     """The lakesync error a failed query carries (a GapError raised in the Kafka source, a SinkError in a
     batch) as itself, instead of Spark's wrapper with the JVM stack; anything else with its first line."""
     text = str(exc)
-    found = _WRAPPED_ERROR.search(text + "\n")
-    if found:
-        kind = getattr(errors, found["kind"], LakesyncError)
-        if isinstance(kind, type) and issubclass(kind, LakesyncError):
-            return kind(f"the stream of pipeline {pipeline_name!r} failed: {found['message'].strip()}",
-                        hint=found["hint"])
+    carried = errors.carried_error(text)
+    if carried is not None:
+        return type(carried)(f"the stream of pipeline {pipeline_name!r} failed: {carried.message}", hint=carried.hint)
     first = next((line for line in text.splitlines() if line.strip()), text)
     return LakesyncError(f"the stream of pipeline {pipeline_name!r} failed: {first[:2000]}",
                          hint="run with --debug for Spark's full error")
