@@ -34,6 +34,7 @@ from pymysql.constants import ER
 
 from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import SourceError
+from lakesync.core.identifiers import quote_identifier
 from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import current_position, is_mariadb
 
@@ -58,10 +59,11 @@ def connect(connection: MySQLConnection, *, database: str | None = None) -> pymy
                 f"the source refused the credentials of {connection.describe()}: {exc.args[1]}",
                 hint="check the login and password of the pipeline's source connection (AIRFLOW_CONN_...)",
             ) from exc
-        if code in (ER.DBACCESS_DENIED_ERROR, ER.BAD_DB_ERROR):
+        if code in (ER.DBACCESS_DENIED_ERROR, ER.BAD_DB_ERROR):  # only when a database was named
+            grant_on = quote_identifier(database or "")
             raise SourceError(
                 f"cannot use database {database!r} as {connection.describe()}: {exc.args[1]}",
-                hint=f"check source.database in the pipeline and GRANT SELECT ON `{database}`.* to the user",
+                hint=f"check source.database in the pipeline and GRANT SELECT ON {grant_on}.* to the user",
             ) from exc
         raise SourceError(
             f"cannot connect to the source at {connection.describe()}: {exc.args[-1]}",
