@@ -8,7 +8,7 @@ from lakesync_devkit.dev.processes import free_port
 
 from lakesync.core.errors import ConfigError
 from lakesync.core.object_store import arrow_filesystem
-from lakesync.full_load.load import write_part
+from lakesync.full_load.parquet_writer import write_part
 
 pytestmark = [pytest.mark.integration]
 

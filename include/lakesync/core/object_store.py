@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -36,11 +37,12 @@ def arrow_filesystem(uri: str, storage_options: Mapping[str, str] | None = None)
     if endpoint and endpoint.startswith("http://") and (_option(options, "ALLOW_HTTP") or "").lower() != "true":
         raise ConfigError(f"delta.storage_options names the plain-HTTP endpoint {endpoint} without allow_http",
                           hint="set AWS_ALLOW_HTTP: 'true' (a local or test endpoint only) or use https")
+    scheme: Literal["http", "https"] = "http" if endpoint and endpoint.startswith("http://") else "https"
     filesystem = pafs.S3FileSystem(
         access_key=_option(options, "ACCESS_KEY_ID"), secret_key=_option(options, "SECRET_ACCESS_KEY"),
         session_token=_option(options, "SESSION_TOKEN", "TOKEN"),
         region=_option(options, "REGION", "DEFAULT_REGION") or "us-east-1",
         endpoint_override=urlsplit(endpoint).netloc if endpoint else None,
-        scheme=urlsplit(endpoint).scheme if endpoint else "https",
+        scheme=scheme,
     )
     return filesystem, parts.netloc + parts.path
