@@ -13,6 +13,8 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(m
 command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-client)
 [ -f /usr/share/java/mariadb-java-client.jar ] || need_apt+=(libmariadb-java)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# The production shape's Airflow metadata database (lakesync dev up --shape production).
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ "${LAKESYNC_SKIP_BROWSER:-0}" != "1" ]; then
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 fi
@@ -22,6 +24,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
   # Debian's package starts a system MariaDB we don't use; lakesync runs its own on loopback.
   $SUDO service mariadb stop >/dev/null 2>&1 || true
+  # Likewise the cluster Debian's postgresql package may start: the production shape runs its own.
+  $SUDO service postgresql stop >/dev/null 2>&1 || true
 fi
 
 PYTHON="${PYTHON:-python3}"
