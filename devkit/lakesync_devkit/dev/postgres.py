@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +59,21 @@ class PostgresServer(LocalServer):
         except (OSError, ValueError, IndexError):
             return None
 
+    def _let_postgres_reach_home(self) -> None:
+        """As root, give the ``postgres`` user passage (o+x, not read) through folders it could not enter, such
+        as pytest's private temporary folders; its own folder is then handed to it."""
+        for folder in reversed(self.home.parents):
+            mode = folder.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                folder.chmod(mode | stat.S_IXOTH)
+        shutil.chown(self.home, OS_USER, OS_USER)
+
     def _initialise(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         password_file = self.home / "pwfile"
         password_file.write_text(self.password + "\n")
         if os.geteuid() == 0:
-            shutil.chown(self.home, OS_USER, OS_USER)
+            self._let_postgres_reach_home()
             shutil.chown(password_file, OS_USER, OS_USER)
         password_file.chmod(0o600)
         try:
