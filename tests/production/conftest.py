@@ -97,3 +97,15 @@ def wait_for_relay(stack: ProductionStack, *, timeout: float = 120) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def loaded(production: ProductionStack) -> ProductionStack:
+    """The demo tables fully loaded (by the full-load DAG, unless an earlier test already ran it)."""
+    import json
+
+    state_file = production.home / "pipelines" / "demo" / "full_load.json"
+    finished = state_file.exists() and json.loads(state_file.read_text()).get("finished_at")
+    if not finished:
+        run_dag(production, "lakesync_demo_full_load", conf={"mode": "chunked"}, timeout=900)
+    return production

@@ -34,16 +34,18 @@ AIRFLOW_DB = "airflow"
 AIRFLOW_DB_USER = "airflow"
 S3_ENDPOINT_ENV = "LAKESYNC_S3_ENDPOINT"
 
-#: The demo pipeline's Delta settings on object storage. Secrets stay in the environment (``${VAR}``).
-#: delta-rs 1.x commits each log entry with a conditional put (``If-None-Match: *``), so concurrent writers
-#: on S3 need no lock table and no ``AWS_S3_ALLOW_UNSAFE_RENAME``; R2 and MinIO want ``aws_conditional_put:
-#: etag`` in addition (delta-rs' docs).
+#: The demo pipeline's Delta settings on object storage, the same keys as deploy/pipelines/team.yaml. Secrets
+#: stay in the environment (``${VAR}``). delta-rs 1.x commits each log entry with a conditional put
+#: (``If-None-Match: *``), so concurrent writers need no lock table; ``aws_conditional_put: etag`` is what
+#: MinIO and R2 need for it (delta-rs' docs), and moto honours it too. ``AWS_S3_ALLOW_UNSAFE_RENAME`` would
+#: give up the guarantee and is never set.
 S3_STORAGE_OPTIONS = {
     "AWS_ENDPOINT_URL": "${" + S3_ENDPOINT_ENV + "}",
     "AWS_REGION": "${AWS_REGION}",
     "AWS_ACCESS_KEY_ID": "${AWS_ACCESS_KEY_ID}",
     "AWS_SECRET_ACCESS_KEY": "${AWS_SECRET_ACCESS_KEY}",
     "AWS_ALLOW_HTTP": "true",
+    "aws_conditional_put": "etag",
 }
 
 
@@ -81,7 +83,7 @@ class ProductionSettings:
             airflow_db_password=secrets.token_urlsafe(18), s3_port=free_port(),
             s3_access_key="lakesync" + secrets.token_hex(4), s3_secret_key=secrets.token_urlsafe(24),
             spark_master_port=free_port(), spark_worker_ports=[free_port(), free_port()],
-            jwt_secret=secrets.token_urlsafe(32), api_secret_key=secrets.token_urlsafe(32),
+            jwt_secret=secrets.token_urlsafe(64), api_secret_key=secrets.token_urlsafe(64),
         )
 
 
