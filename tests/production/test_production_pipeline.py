@@ -9,6 +9,7 @@ order on one shape (started once per session, about a minute).
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,9 +27,20 @@ from tests.production.conftest import (
 pytestmark = [pytest.mark.production, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 SETTLEMENT_DAG = "lakesync_demo_settlement"
-TODAY = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-#: The three settled days: each day's interval starts at 02:00 (the demo's "0 2 * * *").
-DAYS = [TODAY - timedelta(days=n) for n in (3, 2, 1)]
+
+
+def _backfill_days() -> list[datetime]:
+    """Three days whose intervals (02:00 to 02:00, the demo's "0 2 * * *") all end before the interval that
+    unpausing the DAG schedules by itself (the newest complete one), so the backfill owns all three runs."""
+    now = datetime.now(UTC)
+    newest_start = now.replace(hour=2, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    if now.hour < 2:
+        newest_start -= timedelta(days=1)
+    first = newest_start.replace(hour=0)
+    return [first - timedelta(days=n) for n in (3, 2, 1)]
+
+
+DAYS = _backfill_days()
 
 
 def test_full_load_dag_in_chunked_mode_on_the_cluster_lands_the_source_in_s3(production):
@@ -76,8 +88,6 @@ def test_settlement_backfill_over_three_days_through_the_cli_settles_each_day_on
     def backfill_runs() -> list[dict]:
         runs = api.get(f"/api/v2/dags/{SETTLEMENT_DAG}/dagRuns?limit=100")["dag_runs"]
         return [r for r in runs if r["run_type"] == "backfill"]
-
-    import time
 
     deadline = time.monotonic() + 600
     while sum(r["state"] == "success" for r in backfill_runs()) < 3:
