@@ -8,6 +8,7 @@ nothing applied twice)."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -27,13 +28,36 @@ SHARED_TABLES = ("transactions", "daily_balances")
 ATTEMPT_KEY = "lakesync.commit.attempt"
 
 
-def _settlement_date(round_number: int) -> str:
-    """A logical date whose data interval is today's (02:00 to 02:00, UTC), distinct per round: a manual run's
-    interval is the one that ends at the last schedule tick on or before its logical date."""
-    tomorrow = datetime.now(UTC).replace(hour=2, minute=0, second=0, microsecond=0) + timedelta(days=1)
-    if datetime.now(UTC).hour < 2:
-        tomorrow -= timedelta(days=1)
-    return (tomorrow + timedelta(seconds=round_number)).isoformat()
+def _settled_interval_start() -> datetime:
+    """Where the interval a manual settlement run settles starts: the newest complete one (02:00 to 02:00 UTC,
+    the demo's "0 2 * * *"); a task whose logical date lies in the future would never be scheduled."""
+    now = datetime.now(UTC)
+    start = now.replace(hour=2, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    return start - timedelta(days=1) if now.hour < 2 else start
+
+
+def _late_corrections(conn, ids: list[int], booked: datetime, rounds: int) -> None:
+    """Back-dated corrections: rows of the settled interval change while keeping their ``updated_at`` in it,
+    so the stream (from the binlog) and the settlement (from the interval) both write them."""
+    with conn.cursor() as cur:
+        for n in range(rounds):
+            for i, key in enumerate(ids):
+                cur.execute("UPDATE transactions SET amount = amount + 1, updated_at = %s WHERE id = %s",
+                            (booked + timedelta(seconds=n * len(ids) + i), key))
+            time.sleep(1)
+
+
+def _seed_settled_interval(conn, start: datetime, rows: int = 20) -> list[int]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT account_no FROM accounts ORDER BY account_no LIMIT 1")
+        account = cur.fetchone()[0]
+        cur.execute("SELECT COALESCE(MAX(id), 0) FROM transactions")
+        first = cur.fetchone()[0] + 1000
+        ids = list(range(first, first + rows))
+        booked = start + timedelta(hours=10)
+        cur.executemany("INSERT INTO transactions (id, account_no, amount, kind, reference, booked_at, updated_at) "
+                        "VALUES (%s, %s, 1.00, 'deposit', 'late', %s, %s)", [(i, account, booked, booked) for i in ids])
+    return ids
 
 
 def _history(stack, table: str, since: int) -> list[dict]:
@@ -46,10 +70,9 @@ def _versions(stack) -> dict[str, int]:
             for t in SHARED_TABLES}
 
 
-def _round(api, number: int) -> list[tuple[str, str]]:
+def _round(api) -> list[tuple[str, str]]:
     """One round: all three DAGs triggered at once, then each awaited; returns (dag, state) pairs."""
-    runs = [(STREAM, api.trigger(STREAM)),
-            (SETTLEMENT, api.trigger(SETTLEMENT, logical_date=_settlement_date(number))),
+    runs = [(STREAM, api.trigger(STREAM)), (SETTLEMENT, api.trigger(SETTLEMENT)),
             (MAINTENANCE, api.trigger(MAINTENANCE))]
     return [(dag, api.wait_for_run(dag, run_id, timeout=900)) for dag, run_id in runs]
 
@@ -60,30 +83,35 @@ def concurrent_rounds(loaded):
     for dag in (STREAM, SETTLEMENT, MAINTENANCE):
         api.wait_for_dag(dag)
         api.unpause(dag)
-    before = _versions(stack)
     database = stack.settings.demo_database
+    start = _settled_interval_start()
+    with stack.mariadb.connect(database) as conn:
+        late = _seed_settled_interval(conn, start)
+    before = _versions(stack)
     errors: list[BaseException] = []
 
-    def write() -> None:
+    def write(work) -> None:
         try:
             with stack.mariadb.connect(database) as conn:
-                run_load(conn, database, rate=15, seconds=WRITE_SECONDS, seed=11)
+                work(conn)
         except BaseException as exc:  # surfaced by the test
             errors.append(exc)
 
-    writer = threading.Thread(target=write, name="source-writes")
-    writer.start()
+    writers = [threading.Thread(target=write, args=(lambda c: run_load(c, database, rate=10, seconds=WRITE_SECONDS,
+                                                                        seed=11),)),
+               threading.Thread(target=write, args=(lambda c: _late_corrections(c, late, start + timedelta(hours=11),
+                                                                                 WRITE_SECONDS // 2),))]
+    for writer in writers:
+        writer.start()
     states: list[tuple[str, str]] = []
-    number = 0
-    while writer.is_alive():
-        number += 1
-        states += _round(api, number)
-    writer.join()
+    while any(writer.is_alive() for writer in writers):
+        states += _round(api)
+    for writer in writers:
+        writer.join()
     assert not errors, errors
     # A clean round after the writes: every writer must be able to finish what a lost race left undone.
     wait_for_relay(stack)
-    number += 1
-    final = _round(api, number)
+    final = _round(api)
     return stack, before, states, final
 
 
