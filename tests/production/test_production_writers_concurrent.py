@@ -52,7 +52,7 @@ def _seed_settled_interval(conn, start: datetime, rows: int = 20) -> list[int]:
         cur.execute("SELECT account_no FROM accounts ORDER BY account_no LIMIT 1")
         account = cur.fetchone()[0]
         cur.execute("SELECT COALESCE(MAX(id), 0) FROM transactions")
-        first = cur.fetchone()[0] + 1000
+        first = int(cur.fetchone()[0]) + 1000
         ids = list(range(first, first + rows))
         booked = start + timedelta(hours=10)
         cur.executemany("INSERT INTO transactions (id, account_no, amount, kind, reference, booked_at, updated_at) "
