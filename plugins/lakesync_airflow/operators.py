@@ -174,7 +174,7 @@ class SettleIntervalOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from lakesync.settlement.sync import settle_table, validate_interval
 
-        start, end = context["data_interval_start"], context["data_interval_end"]
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if start is None or end is None or start >= end:
             raise ConfigError(
                 f"run {context['run_id']} has no data interval",

@@ -70,9 +70,14 @@ def _versions(stack) -> dict[str, int]:
             for t in SHARED_TABLES}
 
 
-def _round(api) -> list[tuple[str, str]]:
-    """One round: all three DAGs triggered at once, then each awaited; returns (dag, state) pairs."""
-    runs = [(STREAM, api.trigger(STREAM)), (SETTLEMENT, api.trigger(SETTLEMENT)),
+def _round(api, number: int) -> list[tuple[str, str]]:
+    """One round: all three DAGs triggered at once, then each awaited; returns (dag, state) pairs.
+
+    The settlement run's logical date is a few seconds past the settled interval's end (one per round, unique):
+    Airflow gives a manual run the interval that ends at the last schedule tick on or before its logical date,
+    and a run without a logical date has no data interval at all."""
+    logical_date = (_settled_interval_start() + timedelta(days=1, seconds=number)).isoformat()
+    runs = [(STREAM, api.trigger(STREAM)), (SETTLEMENT, api.trigger(SETTLEMENT, logical_date=logical_date)),
             (MAINTENANCE, api.trigger(MAINTENANCE))]
     return [(dag, api.wait_for_run(dag, run_id, timeout=900)) for dag, run_id in runs]
 
@@ -104,14 +109,16 @@ def concurrent_rounds(loaded):
     for writer in writers:
         writer.start()
     states: list[tuple[str, str]] = []
+    number = 0
     while any(writer.is_alive() for writer in writers):
-        states += _round(api)
+        number += 1
+        states += _round(api, number)
     for writer in writers:
         writer.join()
     assert not errors, errors
     # A clean round after the writes: every writer must be able to finish what a lost race left undone.
     wait_for_relay(stack)
-    final = _round(api)
+    final = _round(api, number + 1)
     return stack, before, states, final
 
 
