@@ -130,7 +130,9 @@ def test_concurrent_stream_settlement_and_maintenance_lose_and_double_nothing(co
     assert {dag for dag, state in states if state == "success"} == {STREAM, SETTLEMENT, MAINTENANCE}, states
     assert_delta_equals_source(stack)
     operations = {c.get("operation") for t in SHARED_TABLES for c in _history(stack, t, before[t])}
-    assert "OPTIMIZE" in operations and "VACUUM END" in operations, operations
+    # Maintenance compacted the tables the stream was merging into (VACUUM, with its 7-day retention, had
+    # nothing to remove, and delta-rs commits no VACUUM then).
+    assert {"OPTIMIZE", "MERGE"} <= operations, operations
     settled = [c for t in SHARED_TABLES for c in _history(stack, t, before[t])
                if "lakesync.settlement.interval_start" in c]
     assert settled, "the settlement committed nothing during the concurrent rounds"
