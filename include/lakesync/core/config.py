@@ -113,6 +113,28 @@ class Stream(_Strict):
     lag_alert_seconds: float = Field(default=300, gt=0)
 
 
+class Monitoring(_Strict):
+    """Where operators read the pipeline's figures (docs/operations.md, "Metrics" and "History")."""
+
+    metrics_address: str | None = Field(
+        default=None,
+        description="host:port of the OpenMetrics/Prometheus endpoint the relay and a continuous stream serve; "
+        "off when unset. Use a loopback host (127.0.0.1) unless a scraper on another machine must reach it.",
+    )
+    history_interval_seconds: float = Field(default=60, gt=0, description="One history row per table per interval.")
+    history_retention_days: float = Field(default=14, gt=0, description="History rows older than this are deleted.")
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"metrics_address {value!r} is not host:port (e.g. 127.0.0.1:9464)")
+        return value
+
+
 class Settlement(_Strict):
     schedule: str = Field(default="0 2 * * *", description="Cron: when each day's interval is settled.")
     timezone: str = "UTC"
@@ -129,6 +151,7 @@ class Pipeline(_Strict):
     snapshot: Snapshot = Field(default_factory=Snapshot)
     stream: Stream = Field(default_factory=Stream)
     settlement: Settlement = Field(default_factory=Settlement)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     state_dir: str = Field(
         default="${LAKESYNC_STATE_DIR:-.lakesync}/pipelines",
         description="Where checkpoints and load progress live (per pipeline subfolder).",

@@ -39,6 +39,7 @@ from lakesync.events.envelope import (
     encode,
     encode_schema_change,
 )
+from lakesync.monitoring.metrics import PipelineMetrics
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
 from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd
@@ -118,6 +119,7 @@ class Relay:
         self._kafka = kafka_client_config(pipeline)
         self.store = ProgressStore.for_pipeline(pipeline)
         self._stop_requested = False
+        self.metrics = PipelineMetrics(pipeline)  # backpressure code sets metrics.set_throttled(...)
         self._position: SourcePosition | None = None
         self._last_ts_ms = 0
         self._caught_up = False
@@ -225,6 +227,7 @@ class Relay:
         conn = self._connect()
         publisher = Publisher(self._kafka)
         try:
+            self.metrics.serve(self.pipeline.monitoring.metrics_address)
             check_binlog_settings(conn)
             self._check_server_id(conn)
             self.store.ensure_topic(publisher)
@@ -241,7 +244,11 @@ class Relay:
             self.store.save(RelayProgress(start, covered_from, int(time.time() * 1000)), publisher)
             self._stream(conn, publisher, stats, covered_from, stop_when_idle_seconds, max_events)
             return stats
+        except LakesyncError as exc:
+            self.metrics.error("relay", exc)
+            raise
         finally:
+            self.metrics.close()
             publisher.close()
             conn.close()
 
@@ -270,6 +277,7 @@ class Relay:
             self._position = committed
             stats.position = committed
             last_save = time.monotonic()
+            self.metrics.relay_progress(committed, stats.tables)
 
         try:
             for item in source:
@@ -330,5 +338,6 @@ class Relay:
             lag = self.lag(conn)
         except pymysql.err.MySQLError:
             lag = Lag(0.0, -1)
+        self.metrics.relay_lag(lag.seconds, lag.bytes)
         log.info("relay at %s: %d events (%.0f/s), lag %.1f s / %d bytes",
                  stats.position, stats.events, events / seconds if seconds else 0.0, lag.seconds, lag.bytes)

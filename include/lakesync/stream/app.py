@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.core.state_files import write_text_atomically
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState
+from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress
@@ -134,8 +136,10 @@ class BatchApplier:
         self.schemas = {t.name: _delta_schema(t.uri, pipeline.delta.storage_options) for t in tables}
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
+        self.monitor = StreamMonitor(pipeline)
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        started = time.monotonic()
         batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
                              schema_topic=self.schema_topic)
         stop_at = self._apply_schema_changes(batch.schema_changes)
@@ -150,6 +154,7 @@ class BatchApplier:
             self._stop(table_name, reason, batch_id)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+        self.monitor.batch(batch_id, self.progress, time.monotonic() - started)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
@@ -242,14 +247,17 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{pipeline.stream.trigger_seconds} seconds")
+    applier.monitor.open(serve=not once)
     query = writer.start()
     try:
         query.awaitTermination(timeout_seconds) if timeout_seconds else query.awaitTermination()
     except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
+        applier.monitor.failed(exc)
         raise stream_failure(pipeline.name, exc) from exc
     finally:
         if query.isActive:
             query.stop()
+        applier.monitor.close(applier.progress)
     if query.exception():
         raise stream_failure(pipeline.name, query.exception())
     return applier.summary
