@@ -72,20 +72,6 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
                       f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}", overflow="fold")
 
 
-def table_state(entry: dict[str, Any]) -> str:
-    """One word: stopped, lagging, streaming, loaded, loading, or new (nothing done yet)."""
-    stream, load = entry.get("stream") or {}, entry.get("full_load") or {}
-    if stream.get("stopped_reason"):
-        return "stopped"
-    if entry.get("lagging"):
-        return "lagging"
-    if stream.get("applied_position") or stream.get("last_batch_id") is not None:
-        return "streaming"
-    if load:
-        return "loaded" if load.get("status") == "done" else "loading"
-    return "new"
-
-
 _STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan"}
 
 
@@ -109,6 +95,8 @@ def _validation(entry: dict[str, Any], *, short: bool) -> str:
 
 
 def _row_start(entry: dict[str, Any]) -> list[str]:
+    from lakesync.monitoring.attention import table_state
+
     state = table_state(entry)
     style = _STATE_STYLE.get(state)
     return [entry["table"], f"[{style}]{state}[/]" if style else state, _lag(entry)]

@@ -28,6 +28,20 @@ class Attention:
         return f"{self.level.upper()} {where}{self.message}" + (f"\n  run: {self.command}" if self.command else "")
 
 
+def table_state(entry: dict[str, Any]) -> str:
+    """One word: stopped, lagging, streaming, loaded, loading, or new (nothing done yet)."""
+    stream, load = entry.get("stream") or {}, entry.get("full_load") or {}
+    if stream.get("stopped_reason"):
+        return "stopped"
+    if entry.get("lagging"):
+        return "lagging"
+    if stream.get("applied_position") or stream.get("last_batch_id") is not None:
+        return "streaming"
+    if load:
+        return "loaded" if load.get("status") == "done" else "loading"
+    return "new"
+
+
 def recovery_command(reason: str | None) -> str | None:
     """The ``lakesync ...`` command a stopped table's message names, if any."""
     match = _COMMAND.search(reason or "")
