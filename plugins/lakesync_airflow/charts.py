@@ -58,7 +58,8 @@ def line_chart(points: Sequence[Point], *, start: datetime, end: datetime, title
     when the values reach it (a far-away limit would flatten the line)."""
     known = [v for _, v in points if v is not None]
     top = max([*known, 1.0]) * 1.1
-    segments, current = [], []
+    segments: list[list[str]] = []
+    current: list[str] = []
     for when, value in points:
         if value is None:
             if current:

@@ -13,6 +13,7 @@ choice; it refreshes itself every 30 seconds.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,31 +52,40 @@ def _esc(value: Any) -> str:
     return "—" if value in (None, "") else html.escape(str(value))
 
 
-def buckets(rows: list[dict[str, Any]], start: datetime, end: datetime) -> list[dict[str, Any]]:
+@dataclass
+class Bucket:
+    start: datetime
+    end: datetime
+    rows: int = 0
+    changes: int = 0
+    lag: float | None = None
+    validation: str | None = None
+
+
+def buckets(rows: list[dict[str, Any]], start: datetime, end: datetime) -> list[Bucket]:
     """History rows of one table folded into :data:`BUCKETS` equal intervals: changes summed, lag the
     largest, validation the last known; a bucket without rows has no values."""
     width = (end - start) / BUCKETS
-    out = [{"from": start + width * i, "to": start + width * (i + 1), "changes": 0, "lag": None,
-            "validation": None, "rows": 0} for i in range(BUCKETS)]
+    out = [Bucket(start + width * i, start + width * (i + 1)) for i in range(BUCKETS)]
     for row in rows:
-        index = min(BUCKETS - 1, max(0, int((row["interval_end"] - start) / width)))
-        bucket = out[index]
-        bucket["rows"] += 1
-        bucket["changes"] += row["changes"]
+        bucket = out[min(BUCKETS - 1, max(0, int((row["interval_end"] - start) / width)))]
+        bucket.rows += 1
+        bucket.changes += row["changes"]
         if row["lag_seconds"] is not None:
-            bucket["lag"] = max(bucket["lag"] or 0.0, row["lag_seconds"])
-        bucket["validation"] = row["validation_status"] or bucket["validation"]
+            bucket.lag = max(bucket.lag or 0.0, row["lag_seconds"])
+        bucket.validation = row["validation_status"] or bucket.validation
     return out
 
 
 def _charts(table: str, rows: list[dict[str, Any]], start: datetime, end: datetime, limit: float) -> str:
     folded = buckets(rows, start, end)
-    lag = line_chart([(b["to"], b["lag"]) for b in folded if b["rows"]], start=start, end=end, unit=" s", limit=limit,
+    folded = [b for b in folded if b.rows]
+    lag = line_chart([(b.end, b.lag) for b in folded], start=start, end=end, unit=" s", limit=limit,
                      title=f"{table}: lag (seconds, largest per interval)")
-    changes = bar_chart([(b["from"], b["to"], b["changes"]) for b in folded if b["rows"]], start=start, end=end,
+    changes = bar_chart([(b.start, b.end, b.changes) for b in folded], start=start, end=end,
                         title=f"{table}: changes applied per interval")
-    checks = status_strip([(b["from"], b["to"], b["validation"]) for b in folded if b["rows"]], start=start,
-                          end=end, title=f"{table}: validation result")
+    checks = status_strip([(b.start, b.end, b.validation) for b in folded], start=start, end=end,
+                          title=f"{table}: validation result")
     return f"<div class='charts'>{lag}{changes}{checks}</div>"
 
 

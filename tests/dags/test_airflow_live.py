@@ -23,6 +23,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from lakesync_devkit.demo.database import create_demo_database
+from lakesync_devkit.dev.airflow_home import repo_root
 from lakesync_devkit.dev.airflow_runner import AirflowRunner
 from lakesync_devkit.dev.processes import free_port
 
@@ -204,8 +205,10 @@ def test_status_view_in_headless_chromium_shows_charts_the_stopped_table_and_its
     _, port, table, _ = live
     _wait("a settled table", lambda: (table / "_delta_log").is_dir(), timeout=300, every=3)
     url = f"http://127.0.0.1:{port}/lakesync/status"
-    out = tmp_path_factory.mktemp("status_view")
-    dom = _chromium(url, out / "profile-dom", "--virtual-time-budget=3000", "--dump-dom")
+    profiles = tmp_path_factory.mktemp("chromium")
+    out = Path(os.environ.get("LAKESYNC_TEST_OUTPUT") or repo_root() / ".lakesync" / "test-output") / "status_view"
+    out.mkdir(parents=True, exist_ok=True)
+    dom = _chromium(url, profiles / "dom", "--virtual-time-budget=3000", "--dump-dom")
     page = dom.stdout
     assert "pipeline live" in page, dom.stderr[-2000:]
     assert "last settled interval" in page and "(run 1)" in page
@@ -219,7 +222,7 @@ def test_status_view_in_headless_chromium_shows_charts_the_stopped_table_and_its
     assert "href=\"../dags/lakesync_live_stream\"" in page
     for mode, extra in (("light", ()), ("dark", ("--force-dark-mode", "--blink-settings=preferredColorScheme=0"))):
         shot = out / f"status_view_{mode}.png"
-        _chromium(url, out / f"profile-{mode}", "--window-size=1300,1500", "--virtual-time-budget=3000",
+        _chromium(url, profiles / mode, "--window-size=1300,1500", "--virtual-time-budget=3000",
                   f"--screenshot={shot}", *extra)
         assert shot.stat().st_size > 10_000, f"{mode} screenshot"
     print(f"screenshots: {out}")

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_TABLE = "_lakesync/stream_history"
 
-SCHEMA = pa.schema([
+_FIELDS: list[pa.Field] = [
     pa.field("pipeline", pa.string(), nullable=False),
     pa.field("table", pa.string(), nullable=False),
     pa.field("interval_start", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -41,7 +41,8 @@ SCHEMA = pa.schema([
     pa.field("stopped_reason", pa.string()),
     pa.field("validation_status", pa.string()),
     pa.field("validation_mismatched_keys", pa.int64()),
-])
+]
+SCHEMA = pa.schema(_FIELDS)
 
 
 def history_uri(pipeline: Pipeline) -> str:
