@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse
@@ -30,6 +30,8 @@ app = FastAPI(title="lakesync status", description="Pipelines, tables, lag, hist
 
 RANGES = {"6h": timedelta(hours=6), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 BUCKETS = 72
+#: the ``?range=`` parameter (a plain default, so the functions can also be called directly)
+Window = Annotated[str, Query(pattern="^(6h|24h|7d)$")]
 
 
 def all_status(window: timedelta = RANGES["6h"]) -> list[dict[str, Any]]:
@@ -44,7 +46,7 @@ def all_status(window: timedelta = RANGES["6h"]) -> list[dict[str, Any]]:
 
 
 @app.get("/api/status")
-def status_json(range: str = Query("6h", pattern="^(6h|24h|7d)$")) -> list[dict[str, Any]]:
+def status_json(range: Window = "6h") -> list[dict[str, Any]]:
     return all_status(RANGES[range])
 
 
@@ -158,5 +160,5 @@ def render(pipelines: list[dict[str, Any]], *, window: str = "6h", now: datetime
 
 
 @app.get("/status", response_class=HTMLResponse)
-def status_page(range: str = Query("6h", pattern="^(6h|24h|7d)$")) -> str:
+def status_page(range: Window = "6h") -> str:
     return render(all_status(RANGES[range]), window=range)
