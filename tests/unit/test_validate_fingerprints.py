@@ -66,6 +66,48 @@ def test_decimals_and_dates_are_fingerprinted_by_value():
     assert (row_hashes(sliced) == row_hashes(table(["1.00", None], 1))).all()
 
 
+UNUSUAL_TEXT = ["a\x00b", "a\x00c", "", "\x00", "\x00\x00", "x", "x\x00", "x ", "😀", "𝐀", "None", None]
+
+
+def test_a_row_fingerprint_depends_only_on_its_own_values():
+    """Strings that differ only after a NUL, empty strings, NULL and the text 'None' all differ, and each row
+    hashes the same alone, in any order and next to any other rows (pandas' grouping cut strings at NUL)."""
+    table = pa.table({"s": pa.array(UNUSUAL_TEXT, pa.string()), "b": pa.array(
+        [None if t is None else t.encode() for t in UNUSUAL_TEXT], pa.binary())})
+    together = row_hashes(table)
+    assert len(set(together.tolist())) == len(UNUSUAL_TEXT)
+    alone = [int(row_hashes(table.slice(i, 1))[0]) for i in range(table.num_rows)]
+    assert together.tolist() == alone
+    reversed_order = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
+    assert row_hashes(reversed_order).tolist() == alone[::-1]
+
+
+def test_swapping_values_between_columns_changes_the_fingerprint():
+    assert row_hashes(pa.table({"a": ["x"], "b": ["y"]}))[0] != row_hashes(pa.table({"a": ["y"], "b": ["x"]}))[0]
+    def pair(a: str | None, b: str | None) -> int:
+        return int(row_hashes(pa.table({"a": pa.array([a], pa.string()), "b": pa.array([b], pa.string())}))[0])
+
+    assert pair(None, "x") != pair("x", None)
+
+
+def test_fingerprints_cover_every_arrow_type_of_the_type_map():
+    """Each type: a value, its neighbour and NULL differ; the same value hashes the same in any company."""
+    cases = {
+        pa.int8(): [-128, 127], pa.int16(): [0, 255], pa.int32(): [-(2**31), 2**31 - 1],
+        pa.int64(): [-(2**63), 2**63 - 1], pa.decimal128(20, 0): [Decimal(0), Decimal(2**64 - 1)],
+        pa.decimal128(38, 10): [Decimal("-1.0000000001"), Decimal("-1.0000000002")],
+        pa.float32(): [1.5, -0.0], pa.float64(): [5e-324, -1e308], pa.date32(): [dt.date(1000, 1, 1), dt.date(9999, 12, 31)],
+        pa.timestamp("us"): [dt.datetime(1000, 1, 1), dt.datetime(1000, 1, 1, 0, 0, 0, 1)],
+        pa.timestamp("us", tz="UTC"): [dt.datetime(2038, 1, 19, tzinfo=dt.UTC), dt.datetime(1970, 1, 1, tzinfo=dt.UTC)],
+        pa.string(): ["", "\x00"], pa.binary(): [b"", b"\x00"],
+    }
+    for kind, values in cases.items():
+        column = pa.array([*values, None], kind)
+        hashes = row_hashes(pa.table({"c": column}))
+        assert len(set(hashes.tolist())) == 3, kind
+        assert row_hashes(pa.table({"c": column.slice(1)})).tolist() == hashes[1:].tolist(), kind
+
+
 def test_bigint_with_nulls_keeps_its_low_bits():
     first = pa.table({"big": pa.array([2**62 + 1, None], pa.int64())})
     second = pa.table({"big": pa.array([2**62 + 2, None], pa.int64())})

@@ -61,6 +61,7 @@ from lakesync.core.types import (
 from lakesync.source.schema import read_table_columns
 from lakesync.source.table_reader import KeyRange, RangeReader, TableShape, describe_table, rows_per_read
 from lakesync.stream.progress import StreamProgress
+from lakesync.validation.fingerprints import conform, row_hashes
 
 log = logging.getLogger(__name__)
 
@@ -220,43 +221,7 @@ def _live_mask(table: pa.Table | pa.RecordBatch) -> pa.Array:
     return pc.invert(pc.fill_null(pc.equal(pc.cast(table[OP], pa.string()), DELETE_OP), False))
 
 
-# -- fingerprints ----------------------------------------------------------------------------------------------
-def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
-    """``table``'s columns named in ``schema``, cast to its types (Delta hands back view types, e.g.); a
-    column ``table`` lacks is all NULL (callers check for missing source columns first)."""
-    names = set(table.schema.names)
-    return pa.Table.from_arrays(
-        [pc.cast(table[f.name], f.type) if f.name in names else pa.nulls(table.num_rows, f.type)
-         for f in schema], names=schema.names)
-
-
-def row_hashes(table: pa.Table) -> np.ndarray:
-    """A 64-bit fingerprint per row over all columns, equal for equal values whatever the Arrow layout."""
-    if table.num_rows == 0:
-        return np.zeros(0, dtype=np.uint64)
-    return pd.util.hash_pandas_object(_frame(table), index=False).to_numpy(dtype=np.uint64)
-
-
-def _frame(table: pa.Table) -> pd.DataFrame:
-    """The columns pandas hashes, under positional names (hostile names can't collide).
-
-    A DECIMAL becomes the two 64-bit halves of its 128-bit unscaled integer plus a NULL flag (both sides
-    share one schema, so equal values have equal integers; pandas would hash ``Decimal`` objects through
-    ``str`` one by one). Integers with NULLs stay Python ints, never float64, which would lose the low bits
-    of a BIGINT."""
-    columns: dict[str, Any] = {}
-    for i, column in enumerate(table.columns):
-        if pa.types.is_decimal128(column.type):
-            array = column.combine_chunks()
-            halves = np.frombuffer(array.buffers()[1], dtype=np.int64)[2 * array.offset:2 * (array.offset + len(array))]
-            nulls = array.is_null().to_numpy(zero_copy_only=False)
-            halves = np.where(np.repeat(nulls, 2), 0, halves).reshape(-1, 2)
-            columns[f"c{i}lo"], columns[f"c{i}hi"], columns[f"c{i}null"] = halves[:, 0], halves[:, 1], nulls
-        else:
-            columns[f"c{i}"] = column.to_pandas(integer_object_nulls=True, date_as_object=False)
-    return pd.DataFrame(columns, copy=False)
-
-
+# -- keys as JSON ------------------------------------------------------------------------------------------
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else str(value)
