@@ -17,7 +17,8 @@ from lakesync.monitoring.status import pipeline_status
 from lakesync.source.server_checks import current_position
 from lakesync.stream.progress import StreamProgress
 from lakesync.validation.validate import validate_pipeline
-from tests.bad_input.badkit import Lab, delta_rows, delta_state
+from tests.bad_input.badkit import Lab, delta_state
+from tests.deltakit import delta_rows
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.integration]
 
@@ -89,10 +90,13 @@ def test_another_writer_is_caught_by_validate_and_a_deleted_topic_by_the_stream(
     other = DeltaTable(str(lab.delta_root / "t_keep"))
     other.delete("id = 1")
     other.update(updates={"note": "'edited'"}, predicate="id = 2")
+    truth = lab.compare(pipeline, "t_keep")
+    assert truth.missing_in_delta == [(1,)] and set(truth.differing) == {(2,)}, truth.describe()
     report = validate_pipeline(pipeline, tables=["t_keep"], settle_timeout_s=5, rounds=2, store=False)
     (result,) = report.tables
     assert result.status == "mismatch" and result.mismatched_keys == 2
     assert [k["id"] for k in result.missing_in_delta] == [1] and [k["id"] for k in result.different] == [2]
+    assert {(k["id"],) for k in [*result.missing_in_delta, *result.different]} == truth.differing_keys()
     with pytest.raises(ValidationMismatch) as caught:
         report.raise_for_mismatch()
     assert "t_keep" in str(caught.value) and caught.value.exit_code == 3

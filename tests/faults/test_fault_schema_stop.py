@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, seeded_random
 
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
 from lakesync.stream.progress import StreamProgress
+from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, seeded_random
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -48,7 +48,7 @@ def test_table_stopped_by_truncate_recovers_by_re_snapshot_and_clearing_its_stop
         kit.wait_relay_caught_up()
         run_stream(kit.pipeline, once=True, spark=spark)
         assert not StreamProgress.load(state_dir).tables["daily_balances"].stopped_reason
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.publish()

@@ -11,17 +11,11 @@ import pyarrow as pa
 import pytest
 
 from lakesync.core.errors import ValidationMismatch
+from lakesync.validation.chunks import ChunkPlan, chunk_digests
+from lakesync.validation.fingerprints import conform, row_hashes
+from lakesync.validation.key_diff import diff_keys
+from lakesync.validation.report import TableComparison, ValidationReport, key_dicts
 from lakesync.validation.store import SCHEMA, report_rows
-from lakesync.validation.validate import (
-    ChunkPlan,
-    TableComparison,
-    ValidationReport,
-    _diff,
-    chunk_digests,
-    compare_tables,
-    conform,
-    row_hashes,
-)
 
 SCHEMA_ROWS = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string()),
                          pa.field("amount", pa.decimal128(10, 2)), pa.field("at", pa.timestamp("us", tz="UTC"))])
@@ -155,10 +149,17 @@ def test_chunk_checksums_do_not_depend_on_batching():
     assert whole[0].rows == 4
 
 
-def test_compare_tables_names_missing_extra_and_different_keys():
+def compared(source: pa.Table, delta: pa.Table, key_columns: list[str]) -> TableComparison:
+    """The key diff of two whole tables (no positions, so nothing in flight), as a table's result."""
+    result = TableComparison("t", source.num_rows, delta.num_rows, key_columns=key_columns)
+    diff_keys(source, delta, source.schema, key_columns, snapshot_key=None).fill(result)
+    return result
+
+
+def test_key_diff_names_missing_extra_and_different_keys():
     source = rows([1, 2, 3, 4])
     delta = rows([1, 2, 4, 5], ["n1", "changed", "n4", "n5"])
-    result = compare_tables("t", source, delta, ["id"])
+    result = compared(source, delta, ["id"])
     assert result.missing_in_delta == [{"id": 3}]
     assert result.extra_in_delta == [{"id": 5}]
     assert result.different == [{"id": 2}]
@@ -167,15 +168,16 @@ def test_compare_tables_names_missing_extra_and_different_keys():
 
 
 def test_a_key_twice_in_delta_is_a_difference():
-    result = compare_tables("t", rows([1, 2]), rows([1, 2, 2]), ["id"])
+    result = compared(rows([1, 2]), rows([1, 2, 2]), ["id"])
     assert result.different == [{"id": 2}]
 
 
 def test_decimal_and_binary_keys_are_reported_as_json():
     schema = pa.schema([pa.field("k", pa.decimal128(20, 0)), pa.field("b", pa.binary())])
     source = pa.table({"k": pa.array([Decimal(2**64 - 1)], pa.decimal128(20, 0)), "b": [b"\x00\xff"]}, schema=schema)
-    result = compare_tables("t", source, schema.empty_table(), ["k", "b"])
+    result = compared(source, schema.empty_table(), ["k", "b"])
     assert result.missing_in_delta == [{"k": 2**64 - 1, "b": "00ff"}]
+    assert key_dicts(source.select(["b"]), 1) == [{"b": "00ff"}]
 
 
 def test_rows_changed_after_the_snapshot_are_in_flight_not_different():
@@ -184,7 +186,7 @@ def test_rows_changed_after_the_snapshot_are_in_flight_not_different():
     source = rows([1, 2, 3, 4])
     delta = with_positions(rows([1, 2, 3, 4], ["n1", "new", "n3", "n4"]), [before, after, before, after],
                            ["r", "u", "r", "d"])
-    diff = _diff(source, delta, source.schema, ["id"], snapshot_key=snapshot)
+    diff = diff_keys(source, delta, source.schema, ["id"], snapshot_key=snapshot)
     assert diff.count == 0 and diff.in_flight == 2
     assert diff.keys().num_rows == 0
 
@@ -193,7 +195,7 @@ def test_an_old_tombstone_for_a_live_source_row_is_a_missing_row():
     snapshot = "00000001.000000001000.000000"
     source = rows([1, 2])
     delta = with_positions(rows([1, 2]), ["00000001.000000000500.000001"] * 2, ["r", "d"])
-    diff = _diff(source, delta, source.schema, ["id"], snapshot_key=snapshot)
+    diff = diff_keys(source, delta, source.schema, ["id"], snapshot_key=snapshot)
     assert diff.missing["id"].to_pylist() == [2] and diff.in_flight == 0
 
 

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S, ValidationReport
+from lakesync.validation.report import ValidationReport
+from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S
 
 DESCRIPTION = """\
 Compare every selected table of a pipeline with its Delta table: row counts, checksums over key ranges
