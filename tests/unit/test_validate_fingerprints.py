@@ -102,6 +102,12 @@ def test_fingerprints_cover_every_arrow_type_of_the_type_map():
         assert row_hashes(pa.table({"c": column.slice(1)})).tolist() == hashes[1:].tolist(), kind
 
 
+def test_negative_zero_is_the_same_number_as_zero():
+    for kind in (pa.float32(), pa.float64()):
+        zeros = row_hashes(pa.table({"f": pa.array([0.0, -0.0, 1.0], kind)}))
+        assert zeros[0] == zeros[1] != zeros[2]
+
+
 def test_bigint_with_nulls_keeps_its_low_bits():
     first = pa.table({"big": pa.array([2**62 + 1, None], pa.int64())})
     second = pa.table({"big": pa.array([2**62 + 2, None], pa.int64())})

@@ -5,7 +5,8 @@ view types, for one), so a column has the same Arrow type on both sides and each
 
 | Arrow type (docs/types.md) | what is hashed |
 |---|---|
-| integers, ``date32``, ``timestamp`` (with or without zone), ``float32``/``float64`` | the value's bits, as stored (microseconds since the epoch, days, IEEE bits) |
+| integers, ``date32``, ``timestamp`` (with or without zone) | the value's bits, as stored (microseconds since the epoch, days) |
+| ``float32``/``float64`` | the IEEE bits, with ``-0.0`` taken as ``0.0`` (equal numbers, one fingerprint) |
 | ``decimal128(p,s)`` | the 128-bit unscaled integer (the scale is the column's, equal on both sides) |
 | ``string``, ``binary`` (and their large/view forms) | every byte of the value (UTF-8 for text): NUL characters, 4-byte characters and trailing spaces count, and ``''`` is a value |
 | NULL, any type | a marker no value hashes to (so NULL, ``''``, ``0`` and the text ``'None'`` all differ) |
@@ -63,8 +64,10 @@ def column_hashes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         hashes = _mix(halves[:, 0] ^ _mix(halves[:, 1]))
     elif pa.types.is_boolean(kind):
         hashes = _mix(array.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64))
-    elif kind.bit_width in (8, 16, 32, 64) and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                                                 or pa.types.is_temporal(kind)):
+    elif pa.types.is_floating(kind) and kind.bit_width in (32, 64):
+        # -0.0 and 0.0 are the same number (MySQL compares them equal): one fingerprint
+        hashes = _mix(_fixed_width_bits(pc.if_else(pc.equal(array, 0), pa.scalar(0.0, kind), array)))
+    elif kind.bit_width in (8, 16, 32, 64) and (pa.types.is_integer(kind) or pa.types.is_temporal(kind)):
         hashes = _mix(_fixed_width_bits(array))
     else:
         raise TypeError(f"no fingerprint for Arrow type {kind}: add it to lakesync.validation.fingerprints")
