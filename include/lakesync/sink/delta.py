@@ -391,6 +391,35 @@ class DeltaSink:
             except DeltaError as exc:
                 raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
 
+    def make_nullable(self, names: list[str]) -> None:
+        """Let columns hold NULL (a dropped source column, or one whose NOT NULL was lifted): new rows carry
+        NULL there, and a NOT NULL Delta column would refuse them. Metadata only; idempotent."""
+        table = self._open()
+        current = {field.name: field for field in table.schema().fields}
+        for name in names:
+            if name in current and not current[name].nullable and name not in self.key_columns:
+                try:
+                    table.alter.drop_column_not_null(name)
+                except DeltaError as exc:
+                    raise SchemaChangeError(f"could not make column {name!r} of {self.table_uri} nullable: {exc}"
+                                            ) from exc
+
+    def fill_columns(self, values: dict[str, str], *, before_position: str) -> None:
+        """Write ``values`` (column -> SQL expression) into every row whose last change is older than
+        ``before_position``: the rows that existed when the source added these columns with a default, which
+        the source filled with it. Rows changed after the DDL carry their own value. Idempotent (a replayed
+        batch sets the same values again)."""
+        if not values:
+            return
+        predicate = f"{quote(POS)} < '{before_position}'"
+        try:
+            self._open().update(updates={quote(name): value for name, value in values.items()}, predicate=predicate,
+                                commit_properties=CommitProperties(
+                                    custom_metadata={"lakesync.operation": "fill_added_columns"}))
+        except DeltaError as exc:
+            raise SchemaChangeError(f"could not fill the added column(s) {sorted(values)} of {self.table_uri}: {exc}"
+                                    ) from exc
+
     def purge_tombstones(self, older_than_ms: int) -> int:
         """Drop tombstones of deletes older than ``older_than_ms`` (source time); returns how many."""
         return self.tombstones.purge(older_than_ms)

@@ -25,6 +25,15 @@ class TableProgress:
     last_batch_at_ms: int | None = None
     rows_total: int = 0
     stopped_reason: str | None = None
+    #: position key of the change (usually a DDL) from which the table's changes were no longer applied
+    stopped_at: str | None = None
+    #: the newest position of a change skipped while stopped: a re-load must be at or after it to resume
+    skipped_through: str | None = None
+
+    def reloaded_by(self, load_position: str | None) -> bool:
+        """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""
+        since = self.stopped_at or self.applied_position
+        return bool(load_position and since and load_position > since)
 
     def lag_seconds(self, now_ms: int | None = None) -> float | None:
         """Seconds between the newest applied source commit and now (None before the first change)."""
