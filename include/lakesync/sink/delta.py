@@ -29,6 +29,7 @@ from deltalake.schema import Field as DeltaField
 
 from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError
 from lakesync.core.positions import SourcePosition
+from lakesync.sink import schema_evolution
 from lakesync.sink.changes import (
     DELETE_OP,
     META_COLUMNS,
@@ -392,33 +393,12 @@ class DeltaSink:
                 raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
 
     def make_nullable(self, names: list[str]) -> None:
-        """Let columns hold NULL (a dropped source column, or one whose NOT NULL was lifted): new rows carry
-        NULL there, and a NOT NULL Delta column would refuse them. Metadata only; idempotent."""
-        table = self._open()
-        current = {field.name: field for field in table.schema().fields}
-        for name in names:
-            if name in current and not current[name].nullable and name not in self.key_columns:
-                try:
-                    table.alter.drop_column_not_null(name)
-                except DeltaError as exc:
-                    raise SchemaChangeError(f"could not make column {name!r} of {self.table_uri} nullable: {exc}"
-                                            ) from exc
+        """Let columns hold NULL (see :func:`lakesync.sink.schema_evolution.make_nullable`)."""
+        schema_evolution.make_nullable(self._open(), names, keep=self.key_columns, uri=self.table_uri)
 
     def fill_columns(self, values: dict[str, str], *, before_position: str) -> None:
-        """Write ``values`` (column -> SQL expression) into every row whose last change is older than
-        ``before_position``: the rows that existed when the source added these columns with a default, which
-        the source filled with it. Rows changed after the DDL carry their own value. Idempotent (a replayed
-        batch sets the same values again)."""
-        if not values:
-            return
-        predicate = f"{quote(POS)} < '{before_position}'"
-        try:
-            self._open().update(updates={quote(name): value for name, value in values.items()}, predicate=predicate,
-                                commit_properties=CommitProperties(
-                                    custom_metadata={"lakesync.operation": "fill_added_columns"}))
-        except DeltaError as exc:
-            raise SchemaChangeError(f"could not fill the added column(s) {sorted(values)} of {self.table_uri}: {exc}"
-                                    ) from exc
+        """Fill rows older than a DDL (see :func:`lakesync.sink.schema_evolution.fill_columns`)."""
+        schema_evolution.fill_columns(self._open(), values, before_position=before_position, uri=self.table_uri)
 
     def purge_tombstones(self, older_than_ms: int) -> int:
         """Drop tombstones of deletes older than ``older_than_ms`` (source time); returns how many."""
