@@ -38,7 +38,7 @@ def _ids(lab: Lab, table: str) -> list[int]:
 
 
 def test_truncate_drop_and_primary_key_change_stop_their_tables_and_the_others_go_on(lab, spark):
-    pipeline = lab.pipeline()
+    pipeline = lab.pipeline(stream={"reload_on_schema_change": False})  # the stop path, not the re-load
     lab.full_load(pipeline)
     lab.root_sql(
         "INSERT INTO t_trunc VALUES (3, 'c')", "TRUNCATE TABLE t_trunc", "INSERT INTO t_trunc VALUES (9, 'z')",
@@ -63,7 +63,7 @@ def test_truncate_drop_and_primary_key_change_stop_their_tables_and_the_others_g
 
 
 def test_ddl_the_relay_cannot_read_stops_only_that_table_never_the_relay(lab, spark):
-    pipeline = lab.pipeline()
+    pipeline = lab.pipeline(stream={"reload_on_schema_change": False})
     lab.full_load(pipeline)
     lab.root_sql("INSERT INTO t_keep VALUES (4, 'd')")
     lab.root_sql("ALTER TABLE t_keep ADD COLUMN (a INT NULL, b INT NULL)")

@@ -8,6 +8,7 @@ import shlex
 import sys
 
 import pytest
+import yaml
 from faultkit import FaultOutcome, FaultPipeline, Workload, seeded_random
 
 from lakesync.full_load.load import FullLoad
@@ -24,6 +25,10 @@ def test_table_stopped_by_truncate_recovers_by_the_command_its_message_gives(sta
     rng = seeded_random("schema stop")
     outcome = FaultOutcome("schema_stop", "stream (stopped table)")
     kit = FaultPipeline(tmp_path, mariadb, fresh_database, stack.connection_env())
+    pipeline_file = kit.pipelines_dir / f"{kit.name}.yaml"  # the stop path: no automatic re-load
+    document = yaml.safe_load(pipeline_file.read_text())
+    document["stream"]["reload_on_schema_change"] = False
+    pipeline_file.write_text(yaml.safe_dump(document))
     kit.create_demo_data()
     FullLoad(kit.pipeline).run()
     state_dir = kit.pipeline.pipeline_state_dir

@@ -119,6 +119,11 @@ class Stream(_Strict):
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     tombstone_retention_hours: float = Field(default=7 * 24, gt=0)
     lag_alert_seconds: float = Field(default=300, gt=0)
+    reload_on_schema_change: bool = Field(
+        default=True,
+        description="Re-load a table from the stream when a DDL can't be followed in place (the stream waits "
+        "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
+    )
 
 
 class Settlement(_Strict):

@@ -27,7 +27,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
-from lakesync.full_load.state import LoadState
+from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
@@ -118,6 +118,15 @@ def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema
     return pa.schema(DeltaTable(uri, storage_options=storage_options or None).schema().to_arrow())
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """A DDL a table can't follow in place: its position key, why, and whether a re-load brings it back."""
+
+    key: str
+    reason: str
+    reload: bool
+
+
 def _sink(pipeline: Pipeline, table: StreamedTable):
     from lakesync.sink import DeltaSink
 
@@ -148,19 +157,59 @@ class BatchApplier:
                 self._skipped(table_name, table_changes.events)
                 continue
             if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
-                cut = stop_at[table_name][0]
+                cut = stop_at[table_name].key
                 self._skipped(table_name, [e for e in table_changes.events if e.position.key() >= cut])
                 table_changes.events = [e for e in table_changes.events if e.position.key() < cut]
+            if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
+                handoff = self._table(table_name).handoff_key
+                table_changes.events = [e for e in table_changes.events if e.position.key() > handoff]
             if table_changes.events:
                 self._apply(table_name, table_changes, batch_id)
         for table_name, table_fills in fills.items():
-            if not self._stopped(table_name):
+            if not self._stopped(table_name) and table_name not in stop_at:
                 for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
                     self.sinks[table_name].fill_columns(values, before_position=ddl_key)
-        for table_name, (key, reason) in stop_at.items():
-            self._stop(table_name, reason, batch_id, at=key)
+        for table_name, stop in stop_at.items():
+            if stop.reload and self.pipeline.stream.reload_on_schema_change:
+                self._reload(table_name, stop, batch_id)
+            else:
+                self._stop(table_name, stop.reason, batch_id, at=stop.key)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+
+    def _table(self, name: str) -> StreamedTable:
+        return next(t for t in self.by_topic.values() if t.name == name)
+
+    def _reload(self, table_name: str, stop: _Stop, batch_id: int) -> None:
+        """Load the table again now (its own full load, at a position after every change of this batch), then
+        stream it from there. The stream waits meanwhile; a load that fails stops just this table."""
+        from lakesync.full_load.load import FullLoad
+
+        log.warning("table %s: re-loading it, as the source changed in a way Delta can't follow in place: %s",
+                    table_name, stop.reason)
+        try:
+            FullLoad(self.pipeline, tables=[table_name], restart=True).run()
+        except LakesyncError as exc:
+            self._stop(table_name, f"{stop.reason} (the automatic re-load failed: {exc.message})", batch_id,
+                       at=stop.key)
+            return
+        entry = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir).tables[table_name]
+        self._adopt_load(table_name, entry)
+        progress = self.progress.tables.setdefault(table_name, TableProgress())
+        progress.last_reload = (f"{utc_now()}: {table_name} re-loaded at {entry.position_key} after "
+                                f"{stop.reason.split('; re-run')[0]}")
+        progress.skipped_through = None
+        log.warning("table %s re-loaded at %s; the stream goes on from there", table_name, entry.position_key)
+
+    def _adopt_load(self, name: str, entry: TableLoad) -> None:
+        """Stream ``name`` from a new load on: its position, schema and key."""
+        settings = self.pipeline.tables.settings_for(name)
+        keys = list(settings.key_columns or entry.key_columns)
+        table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
+                        key_columns=keys, semantics=settings.semantics or ("exactly_once" if keys else "append_log"))
+        self.by_topic[table.topic] = table
+        self.sinks[name] = _sink(self.pipeline, table)
+        self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
@@ -198,22 +247,15 @@ class BatchApplier:
                     f"`{resnapshot_command(self.pipeline.name, name)}`")
                 log.error("table %s stays stopped: %s", name, progress.stopped_reason)
                 continue
-            table = next(t for t in self.by_topic.values() if t.name == name)
-            settings = self.pipeline.tables.settings_for(name)
-            keys = list(settings.key_columns or entry.key_columns)
-            table = replace(table, handoff_key=entry.position_key or table.handoff_key, key_columns=keys,
-                            semantics=settings.semantics or ("exactly_once" if keys else "append_log"))
-            self.by_topic[table.topic] = table
-            self.sinks[name] = _sink(self.pipeline, table)
-            self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
+            self._adopt_load(name, entry)
             progress.stopped_reason = progress.stopped_at = progress.skipped_through = None
             log.warning("table %s resumes: it was re-loaded at %s after it stopped", name, entry.position_key)
 
     def _apply_schema_changes(self, events: list[SchemaChangeEvent]
-                              ) -> tuple[dict[str, tuple[str, str]], dict[str, list[tuple[str, dict[str, str]]]]]:
-        """Evolve the Delta schemas now. Returns, per table that must stop, (position key of the DDL, reason),
-        and per table, the column fills to write once the batch's changes are merged (DDL key, values)."""
-        stop_at: dict[str, tuple[str, str]] = {}
+                              ) -> tuple[dict[str, _Stop], dict[str, list[tuple[str, dict[str, str]]]]]:
+        """Evolve the Delta schemas now. Returns the tables that must stop (or be re-loaded) at a DDL, and per
+        table, the column fills to write once the batch's changes are merged (DDL key, values)."""
+        stop_at: dict[str, _Stop] = {}
         fills: dict[str, list[tuple[str, dict[str, str]]]] = {}
         handoff = {t.name: t.handoff_key for t in self.by_topic.values()}
         # RENAME TABLE t TO t_old, t_new TO t (gh-ost, pt-online-schema-change): t is replaced, not gone
@@ -226,7 +268,7 @@ class BatchApplier:
             action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name,
                                         replaced=(key, table) in replaced)
             if action.stop_reason:
-                stop_at[table] = (key, action.stop_reason)
+                stop_at[table] = _Stop(key, action.stop_reason, action.reload)
                 continue
             sink = self.sinks[table]
             if action.add:

@@ -29,6 +29,8 @@ class TableProgress:
     stopped_at: str | None = None
     #: the newest position of a change skipped while stopped: a re-load must be at or after it to resume
     skipped_through: str | None = None
+    #: the last automatic re-load after a schema change: when, at which position, and why
+    last_reload: str | None = None
 
     def reloaded_by(self, load_position: str | None) -> bool:
         """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""

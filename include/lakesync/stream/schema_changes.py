@@ -18,6 +18,9 @@ that re-loads it, where it can't (docs/schema_changes.md has the whole table):
   pt-online-schema-change), a statement the relay could not read -> the table stops: a re-load of that
   table is the correct way back, and the other tables go on;
 * ``DROP TABLE`` or ``RENAME TABLE`` away -> the table stops; Delta keeps its last state.
+
+Where the table still exists (every stop above but the last), the stream re-loads it by itself unless the
+pipeline sets ``stream.reload_on_schema_change: false`` (:attr:`SchemaAction.reload`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class SchemaAction:
     fill: dict[str, str] = field(default_factory=dict)
     nullable: list[str] = field(default_factory=list)
     stop_reason: str | None = None
+    #: the table still exists on the source in a new shape, so a re-load brings Delta back to it
+    #: (the stream does that itself when ``stream.reload_on_schema_change`` is on)
+    reload: bool = False
 
 
 def resnapshot_command(pipeline: str, table: str) -> str:
@@ -116,16 +122,17 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
     what = f"{event.kind.replace('_', ' ')} on the source ({event.ddl.strip()[:200]!r} at {event.position})"
     if replaced:
         return SchemaAction(stop_reason=f"{what}: another table took its place (an online schema change "
-                                        f"tool's swap) with a shape Delta cannot follow in place; {command}")
+                                        f"tool's swap) with a shape Delta cannot follow in place; {command}",
+                            reload=True)
     if event.kind in ("drop_table", "rename_table"):
         return SchemaAction(stop_reason=f"{what}: the table no longer exists there; Delta keeps its last state. "
                                         f"If it is created again, {command}")
     if event.kind == "unknown":
         reasons = "; ".join(str(c.get("reason")) for c in event.changes if c.get("reason")) or "unreadable"
         return SchemaAction(stop_reason=f"a DDL statement lakesync cannot interpret ({reasons}: "
-                                        f"{event.ddl.strip()[:200]!r} at {event.position}); {command}")
+                                        f"{event.ddl.strip()[:200]!r} at {event.position}); {command}", reload=True)
     if event.kind != "alter_table":
-        return SchemaAction(stop_reason=f"{what}; {command}")
+        return SchemaAction(stop_reason=f"{what}; {command}", reload=True)
     action = SchemaAction()
     names = set(current.names)
     for change in event.changes:
@@ -151,5 +158,5 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
         elif kind == "rename":
             stop = f"column {column!r} was renamed to {change.get('new_column')!r}"
         if stop:
-            return SchemaAction(stop_reason=f"{stop}; {command}")
+            return SchemaAction(stop_reason=f"{stop}; {command}", reload=True)
     return action
