@@ -135,3 +135,27 @@ def test_online_schema_change_shadow_tables_are_never_selected(name, selected):
     from lakesync.core.config import Tables
 
     assert Tables().selects(name) is selected
+
+
+@pytest.mark.parametrize(("kind", "changes", "reload"), [
+    ("truncate", [], True),
+    ("unknown", [{"change": "unknown", "reason": "x"}], True),
+    ("alter_table", [{"change": "modify", "column": "amount", "type": "VARCHAR(20)"}], True),
+    ("alter_table", [{"change": "primary_key"}], True),
+    ("drop_table", [], False),
+    ("rename_table", [], False),
+])
+def test_a_stop_says_whether_a_re_load_brings_the_table_back(kind, changes, reload):
+    action = plan_schema_change(event(kind, changes), STRICT, pipeline="demo")
+    assert action.stop_reason and action.reload is reload
+
+
+def test_a_stopped_table_counts_as_not_loaded_until_a_load_after_its_stop(tmp_path):
+    from lakesync.stream.progress import StreamProgress, TableProgress, stopped_since_load
+
+    StreamProgress({"t": TableProgress(stopped_reason="truncate; run it", stopped_at="00000002.000000000900.000000"),
+                    "ok": TableProgress(applied_position="00000002.000000000950.000000")}).save(tmp_path)
+    before, after = "00000001.000000000100.000000", "00000003.000000000100.000000"
+    assert stopped_since_load(tmp_path, {"t": before, "ok": before}, ["t", "ok"]) == {"t": "truncate; run it"}
+    assert stopped_since_load(tmp_path, {"t": after, "ok": before}, ["t", "ok"]) == {}
+    assert stopped_since_load(tmp_path, {"t": before}, ["ok"]) == {}, "only the tables asked for"

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.config import load_pipeline
 
 if TYPE_CHECKING:
     from lakesync.full_load.load import TableResult
@@ -71,8 +71,6 @@ def _run(args: argparse.Namespace) -> int:
             tasks[table] = progress.add_task(table, total=total)
         progress.update(tasks[table], completed=rows, total=total)
 
-    for name, reason in reload_stopped_tables(pipeline, tables).items():
-        console.print(f"[yellow]{name}[/]: loading it again: the stream stopped it ({reason[:300]})")
     load = FullLoad(pipeline, tables=tables, mode=args.mode, connections=args.connections, restart=args.restart,
                     on_progress=on_progress)
     with progress:
@@ -80,29 +78,13 @@ def _run(args: argparse.Namespace) -> int:
         for result in results:
             if result.table in tasks:
                 progress.update(tasks[result.table], completed=result.rows, total=result.rows)
+    for name, reason in load.stopped_reloaded.items():
+        console.print(f"[yellow]{name}[/]: loaded again, as the stream had stopped it ({reason[:300]}); the "
+                      "stream resumes it from this load")
     Console().print(summary_table(results, mode=load.mode or ""))
     position = load.state.position
     console.print(f"load position: {position}  (recorded in {load.state.path})")
     return 0
-
-
-def reload_stopped_tables(pipeline: Pipeline, tables: list[str] | None) -> dict[str, str]:
-    """Mark the tables the stream stopped after their last load as not loaded, so this run loads them again
-    (a stopped table is not "done": its Delta table no longer follows the source). Returns name -> reason."""
-    from lakesync.full_load.state import LoadState
-    from lakesync.stream.progress import StreamProgress
-
-    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
-    progress = StreamProgress.load(pipeline.pipeline_state_dir)
-    stopped = {
-        name: entry.stopped_reason for name, entry in progress.tables.items()
-        if entry.stopped_reason and (not tables or name in tables) and state.is_done(name)
-        and not entry.reloaded_by(state.tables[name].position_key)
-    }
-    if stopped:
-        state.forget(list(stopped))
-        state.save()
-    return stopped  # type: ignore[return-value]
 
 
 def summary_table(results: list[TableResult], *, mode: str) -> Table:

@@ -76,3 +76,13 @@ class StreamProgress:
             progress.applied_position = position
         if source_ts_ms is not None:
             progress.applied_source_ts_ms = max(source_ts_ms, progress.applied_source_ts_ms or 0)
+
+
+def stopped_since_load(state_dir: Path, loaded: dict[str, str | None], tables: list[str]) -> dict[str, str]:
+    """Of ``tables`` (name -> the position key of its last full load), those the stream stopped after that
+    load, with the reason: their Delta table no longer follows the source, so a full load must not count
+    them as done."""
+    progress = StreamProgress.load(state_dir).tables
+    return {name: progress[name].stopped_reason or "" for name in tables
+            if name in progress and progress[name].stopped_reason and name in loaded
+            and not progress[name].reloaded_by(loaded[name])}
