@@ -4,8 +4,8 @@ MariaDB -> relay -> broker -> Spark -> Delta, judged by the independent oracle (
 One pipeline holds one table per (DDL kind, variant) plus an untouched control table; the expensive parts
 (full load, relay, Spark stream) run once for all of them. Each table must end equal to its source: followed
 in place (``EQUAL``), or re-loaded by the stream itself and saying so (``RELOAD``). A table that no longer
-exists (``GONE``) is stopped with a message that gives a command; where the table comes back (the ``busy``
-variant re-creates it) the test runs that exact command through the CLI entry point and, after one more
+exists (``GONE``) is stopped with a message that gives a command; where the table comes back later (the
+``busy`` variant re-creates it after the stream stopped it) the test runs that exact command through the CLI entry point and, after one more
 relay and stream run, the oracle must find the table equal. The control table is always equal and never
 stopped, whatever happened to the others.
 
@@ -59,6 +59,7 @@ class Case:
     cols: str = ""
     vals: str = ""
     rows_after: tuple[str, ...] | None = None  # instead of ROWS_AFTER, for shapes ROWS_AFTER doesn't fit
+    comeback: tuple[str, ...] = ()  # GONE, busy variant: brings the table back after the stream stopped it
 
 
 CASES = [
@@ -97,10 +98,11 @@ CASES = [
     Case("inet6", ("ALTER TABLE {t} ADD COLUMN ip INET6 NULL",), EQUAL),
     Case("unreadable", ("ALTER TABLE {t} ADD COLUMN (n1 INT NULL, n2 INT NULL)",), RELOAD),
     Case("truncate", ("TRUNCATE TABLE {t}",), RELOAD),
-    Case("drop_table", ("DROP TABLE {t}",), GONE,
-         rows_after=(CREATE, SEED, "INSERT INTO {t} VALUES (100, 1000, 's100', 9.5)")),  # and back again
-    Case("rename_table", ("RENAME TABLE {t} TO {t}_moved",), GONE,
-         rows_after=("RENAME TABLE {t}_moved TO {t}", "DELETE FROM {t} WHERE id = 3")),
+    Case("drop_table", ("DROP TABLE {t}",), GONE, rows_after=(),
+         comeback=(CREATE, SEED, "INSERT INTO {t} VALUES (100, 1000, 's100', 9.5)")),
+    Case("rename_table", ("RENAME TABLE {t} TO {t}_moved",), GONE, rows_after=(),
+         comeback=("RENAME TABLE {t}_moved TO {t}", "DELETE FROM {t} WHERE id = 3")),
+    Case("drop_and_create", ("DROP TABLE {t}", CREATE, SEED), RELOAD),  # back before the stream saw the drop
     Case("gh_ost", ("CREATE TABLE _{t}_gho LIKE {t}", "ALTER TABLE _{t}_gho ADD COLUMN n INT NULL",
                     "INSERT INTO _{t}_gho (id, v, s, d) SELECT id, v, s, d FROM {t}",
                     "CREATE TABLE _{t}_ghc (id INT PRIMARY KEY, hint VARCHAR(20))",
@@ -144,7 +146,7 @@ def _ddl_and_rows(case: Case, variant: str) -> list[str]:
     t = table_name(case, variant)
     statements = [s.format(t=t) for s in case.ddl]
     if variant == "busy":
-        statements += [s.format(t=t, cols=case.cols, vals=case.vals) for s in (case.rows_after or ROWS_AFTER)]
+        statements += [s.format(t=t, cols=case.cols, vals=case.vals) for s in (ROWS_AFTER if case.rows_after is None else case.rows_after)]
     return statements
 
 
@@ -195,6 +197,7 @@ def matrix(stack, mariadb, spark, tmp_path_factory) -> Iterator[Matrix]:
                 for variant in VARIANTS:
                     t = table_name(case, variant)
                     if case.outcome == GONE and variant == "busy" and result.stopped_first[t]:
+                        _execute(conn, [statement.format(t=t) for statement in case.comeback])
                         argv = _command(result.stopped_first[t])
                         assert lakesync_cli(argv) == 0, argv
                         result.recovered[t] = shlex.join(argv)

@@ -19,8 +19,9 @@ that re-loads it, where it can't (docs/schema_changes.md has the whole table):
   table is the correct way back, and the other tables go on;
 * ``DROP TABLE`` or ``RENAME TABLE`` away -> the table stops; Delta keeps its last state.
 
-Where the table still exists (every stop above but the last), the stream re-loads it by itself unless the
-pipeline sets ``stream.reload_on_schema_change: false`` (:attr:`SchemaAction.reload`).
+Every stop is first tried as a re-load of the table by the stream itself (:attr:`SchemaAction.reload`),
+unless the pipeline sets ``stream.reload_on_schema_change: false``; a table that no longer exists fails to
+load and stops.
 """
 
 from __future__ import annotations
@@ -125,8 +126,10 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
                                         f"tool's swap) with a shape Delta cannot follow in place; {command}",
                             reload=True)
     if event.kind in ("drop_table", "rename_table"):
+        # a re-load is tried: the table may be back already (re-created, renamed back, or swapped in by a
+        # tool whose two renames the stream saw in different batches); if not, the load fails and it stops
         return SchemaAction(stop_reason=f"{what}: the table no longer exists there; Delta keeps its last state. "
-                                        f"If it is created again, {command}")
+                                        f"If it is created again, {command}", reload=True)
     if event.kind == "unknown":
         reasons = "; ".join(str(c.get("reason")) for c in event.changes if c.get("reason")) or "unreadable"
         return SchemaAction(stop_reason=f"a DDL statement lakesync cannot interpret ({reasons}: "
