@@ -31,7 +31,7 @@ from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
-from lakesync.stream.schema_changes import plan_schema_change, resnapshot_command
+from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,12 @@ class BatchApplier:
         for table_name, table_fills in fills.items():
             if not self._stopped(table_name) and table_name not in stop_at:
                 for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
-                    self.sinks[table_name].fill_columns(values, before_position=ddl_key)
+                    try:
+                        self.sinks[table_name].fill_columns(values, before_position=ddl_key)
+                    except SchemaChangeError as exc:
+                        stop_at[table_name] = _Stop(ddl_key, f"{exc.message}; {self._note(table_name)}",
+                                                    reload=True)
+                        break
         for table_name, stop in stop_at.items():
             if stop.reload and self.pipeline.stream.reload_on_schema_change:
                 self._reload(table_name, stop, batch_id)
@@ -176,6 +181,9 @@ class BatchApplier:
                 self._stop(table_name, stop.reason, batch_id, at=stop.key)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+
+    def _note(self, name: str) -> str:
+        return resnapshot_note(self.pipeline.name, name)
 
     def _table(self, name: str) -> StreamedTable:
         return next(t for t in self.by_topic.values() if t.name == name)
@@ -189,8 +197,9 @@ class BatchApplier:
                     table_name, stop.reason)
         try:
             FullLoad(self.pipeline, tables=[table_name], restart=True).run()
-        except LakesyncError as exc:
-            self._stop(table_name, f"{stop.reason} (the automatic re-load failed: {exc.message})", batch_id,
+        except Exception as exc:  # whatever failed, only this table may stop
+            detail = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+            self._stop(table_name, f"{stop.reason} (the automatic re-load failed: {detail[:500]})", batch_id,
                        at=stop.key)
             return
         entry = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir).tables[table_name]
@@ -243,8 +252,7 @@ class BatchApplier:
                 progress.stopped_at = progress.skipped_through
                 progress.stopped_reason = (
                     f"table {name} was re-loaded while the stream went on past the load's position, so changes "
-                    f"after it were skipped; stop the stream, then re-run the full load for this table: "
-                    f"`{resnapshot_command(self.pipeline.name, name)}`")
+                    f"after it were skipped; stop the stream, then {self._note(name)}")
                 log.error("table %s stays stopped: %s", name, progress.stopped_reason)
                 continue
             self._adopt_load(name, entry)
@@ -271,12 +279,16 @@ class BatchApplier:
                 stop_at[table] = _Stop(key, action.stop_reason, action.reload)
                 continue
             sink = self.sinks[table]
-            if action.add:
-                sink.add_columns(action.add)
-                log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
-            if action.nullable:
-                sink.make_nullable(action.nullable)
-                log.info("table %s: columns %s may now hold NULL (%s)", table, action.nullable, event.ddl)
+            try:
+                if action.add:
+                    sink.add_columns(action.add)
+                    log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
+                if action.nullable:
+                    sink.make_nullable(action.nullable)
+                    log.info("table %s: columns %s may now hold NULL (%s)", table, action.nullable, event.ddl)
+            except SchemaChangeError as exc:  # this table only: a re-load (or its command) brings it back
+                stop_at[table] = _Stop(key, f"{exc.message}; {self._note(table)}", reload=True)
+                continue
             if action.fill:
                 fills.setdefault(table, []).append((key, action.fill))
                 log.info("table %s: rows older than the DDL get the source's default in %s", table, sorted(action.fill))

@@ -61,9 +61,10 @@ class SchemaAction:
     reload: bool = False
 
 
-def resnapshot_command(pipeline: str, table: str) -> str:
-    """The command that re-loads one stopped table (the stream then resumes it from the new load)."""
-    return f"lakesync snapshot --pipeline {pipeline} --tables {table}"
+def resnapshot_note(pipeline: str, table: str) -> str:
+    """What a stopped table's message says to do: the command that re-loads it (the stream then resumes it
+    from the new load by itself)."""
+    return f"re-run the full load for this table: `lakesync snapshot --pipeline {pipeline} --tables {table}`"
 
 
 def sql_literal(arrow_type: pa.DataType, text: str) -> str | None:
@@ -119,7 +120,7 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
     ``replaced`` says the same statement renamed another table to this one's name (an online schema change
     tool's swap): the table exists with a new shape, so a re-load brings it back.
     """
-    command = f"re-run the full load for this table: `{resnapshot_command(pipeline, event.table)}`"
+    command = resnapshot_note(pipeline, event.table)
     what = f"{event.kind.replace('_', ' ')} on the source ({event.ddl.strip()[:200]!r} at {event.position})"
     if replaced:
         return SchemaAction(stop_reason=f"{what}: another table took its place (an online schema change "
