@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), TextColumn("{task.completed:>12,} rows"),
                         _RowsPerSecond(), TimeRemainingColumn(), console=console, transient=False)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def on_progress(table: str, rows: int, total: int) -> None:
         if table not in tasks:

@@ -58,8 +58,8 @@ class _FileStats:
             self.nulls[name] = self.nulls.get(name, 0) + column.null_count
             if column.null_count == len(column) or name not in self.exact:
                 continue
-            extremes = pc.min_max(column).as_py()
-            low, high = _stats_value(extremes["min"]), _stats_value(extremes["max"])
+            extremes = pc.min_max(column)
+            low, high = _stats_value(extremes["min"].as_py()), _stats_value(extremes["max"].as_py())
             if low is None or high is None:
                 self.exact.discard(name)
                 continue
@@ -90,7 +90,8 @@ def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, 
         # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
         # time and, for mostly unique values, makes the file bigger, not smaller.
         with filesystem.open_output_stream(f"{root}/{name}") as sink, \
-                pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS, OP]) as writer:
+                pq.ParquetWriter(sink, schema, compression="snappy",
+                                 use_dictionary=[POS, OP]) as writer:  # type: ignore[arg-type]  # stubs: bool only
             for part in parts:
                 writer.write_table(part)
                 stats.add(part)

@@ -24,7 +24,12 @@ import pymysql
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
-from lakesync.core.errors import BrokerError, LakesyncError, SourceError
+from lakesync.core.errors import (
+    BrokerError,
+    LakesyncError,
+    ServerIdInUseError,
+    SourceError,
+)
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import (
     SCHEMA_TOPIC_TABLE,
@@ -158,8 +163,8 @@ class Relay:
             try:
                 check_server_id_unique(conn, self.pipeline.source.server_id)
                 return
-            except SourceError as exc:
-                if "already used" not in exc.message or time.monotonic() > deadline:
+            except ServerIdInUseError:
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.core.state_files import write_text_atomically
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
@@ -66,9 +66,7 @@ def stream_id(checkpoint: Path) -> str:
     id_file = checkpoint / STREAM_ID_FILE
     if not id_file.exists() or not id_file.read_text().strip():
         # written whole or not at all: a crash here must not leave an empty id (a shared app id)
-        tmp = id_file.with_suffix(".tmp")
-        tmp.write_text(uuid.uuid4().hex)
-        tmp.replace(id_file)
+        write_text_atomically(id_file, uuid.uuid4().hex)
     return id_file.read_text().strip()
 
 
@@ -373,19 +371,13 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     return applier.summary
 
 
-_WRAPPED_ERROR = re.compile(r"lakesync\.errors\.(?P<kind>\w+): (?P<message>.*?)(?:\n\s*hint: (?P<hint>[^\n]*))?\n", re.S)
-
-
 def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:
     """The lakesync error a failed query carries (a GapError raised in the Kafka source, a SinkError in a
     batch) as itself, instead of Spark's wrapper with the JVM stack; anything else with its first line."""
     text = str(exc)
-    found = _WRAPPED_ERROR.search(text + "\n")
-    if found:
-        kind = getattr(errors, found["kind"], LakesyncError)
-        if isinstance(kind, type) and issubclass(kind, LakesyncError):
-            return kind(f"the stream of pipeline {pipeline_name!r} failed: {found['message'].strip()}",
-                        hint=found["hint"])
+    carried = errors.carried_error(text)
+    if carried is not None:
+        return type(carried)(f"the stream of pipeline {pipeline_name!r} failed: {carried.message}", hint=carried.hint)
     first = next((line for line in text.splitlines() if line.strip()), text)
     return LakesyncError(f"the stream of pipeline {pipeline_name!r} failed: {first[:2000]}",
                          hint="run with --debug for Spark's full error")

@@ -1,9 +1,15 @@
 """What the stream has applied, per table: the state behind ``lakesync status`` and the Airflow view.
 
 Written after each committed micro-batch (atomically: temp file + rename) to
-``<pipeline state dir>/stream_progress.json``. It is an observation, not a source of truth: the Delta
-tables' own ``_lakesync_pos`` columns and app transactions are what make the data right, so a lost or
-stale progress file never changes a result, only what status shows until the next batch.
+``<pipeline state dir>/stream_progress.json``. Most of it is observation (lag, batch counts, what status
+shows): the Delta tables' own ``_lakesync_pos`` columns and app transactions decide which changes are
+applied, and a stale position here only delays what status and the caught-up trigger report.
+
+The stop flags are state, not observation: ``stopped_reason`` is the only record that a table met a DDL
+it can't follow. While it is set the stream applies none of that table's changes and validation skips the
+table; lose the file and the stream resumes applying changes made after that DDL to the old table. A
+full load of the table after its stop (the command of its message) is what resumes it: the stream clears
+the flag itself when it sees that load (docs/schema_changes.md).
 """
 
 from __future__ import annotations
