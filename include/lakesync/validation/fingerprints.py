@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pandas.core.util.hashing import hash_array
+from pandas.util import hash_array
 
 #: What a NULL hashes to, in every column (a value hashing to it is a 2^-64 chance).
 _NULL = np.uint64(0x9E3779B97F4A7C15)
