@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,13 +68,20 @@ class ChunkPlan:
         return " AND ".join(parts) or "TRUE"
 
 
+def _one_row(cursor: pymysql.cursors.Cursor) -> tuple[Any, ...]:
+    """The row an aggregate query always returns."""
+    row = cursor.fetchone()
+    assert row is not None, "an aggregate query returns one row"
+    return tuple(row)
+
+
 def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: int) -> tuple[ChunkPlan, int]:
     """The chunk plan for a keyed table (read inside the snapshot) and the source's row count."""
     keys = tuple(shape.key_columns)
     if shape.integer_key:
         key = quote_identifier(keys[0])
         cursor.execute(f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {shape.qualified}")
-        low, high, count = cursor.fetchone()
+        low, high, count = _one_row(cursor)
         if low is None:
             return ChunkPlan(keys, uppers=()), 0
         pieces = max(1, math.ceil(count / chunk_rows))
@@ -81,7 +89,7 @@ def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: i
         uppers = tuple(range(int(low) - 1 + step, int(high), step))
         return ChunkPlan(keys, uppers=uppers), int(count)
     cursor.execute(f"SELECT COUNT(*) FROM {shape.qualified}")
-    count = int(cursor.fetchone()[0])
+    count = int(_one_row(cursor)[0])
     return ChunkPlan(keys, buckets=max(1, math.ceil(count / chunk_rows))), count
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,9 @@ from lakesync.validation.fingerprints import conform, row_hashes
 
 def live_mask(table: pa.Table | pa.RecordBatch) -> pa.Array:
     """True for rows that are not deletes (``_lakesync_op`` other than ``'d'``, or NULL)."""
-    return pc.invert(pc.fill_null(pc.equal(pc.cast(table[OP], pa.string()), DELETE_OP), False))
+    ops: Any = pc.cast(table[OP], pa.string())  # the stubs can't tell a column of a table from a batch's
+    is_delete: Any = pc.fill_null(pc.equal(ops, pa.scalar(DELETE_OP)), False)
+    return pc.invert(is_delete)
 
 
 class DeltaSide:

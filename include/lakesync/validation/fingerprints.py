@@ -59,14 +59,14 @@ def column_hashes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         values = array.to_numpy(zero_copy_only=False)  # bytes objects; pandas hashes each one's every byte
         hashes = hash_array(values, categorize=False).astype(np.uint64, copy=False)
     elif pa.types.is_decimal128(kind):
-        halves = np.frombuffer(array.buffers()[1], dtype=np.uint64)[2 * array.offset:2 * (array.offset + len(array))]
+        halves = np.frombuffer(memoryview(_data_buffer(array)), dtype=np.uint64)[2 * array.offset:2 * (array.offset + len(array))]
         halves = halves.reshape(-1, 2)
         hashes = _mix(halves[:, 0] ^ _mix(halves[:, 1]))
     elif pa.types.is_boolean(kind):
         hashes = _mix(array.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64))
     elif pa.types.is_floating(kind) and kind.bit_width in (32, 64):
         # -0.0 and 0.0 are the same number (MySQL compares them equal): one fingerprint
-        hashes = _mix(_fixed_width_bits(pc.if_else(pc.equal(array, 0), pa.scalar(0.0, kind), array)))
+        hashes = _mix(_fixed_width_bits(pc.if_else(pc.equal(array, pa.scalar(0.0, kind)), pa.scalar(0.0, kind), array)))
     elif kind.bit_width in (8, 16, 32, 64) and (pa.types.is_integer(kind) or pa.types.is_temporal(kind)):
         hashes = _mix(_fixed_width_bits(array))
     else:
@@ -81,7 +81,7 @@ def _fixed_width_bits(array: pa.Array) -> np.ndarray:
     width = array.type.bit_width
     if array.buffers()[1] is None:  # an all-NULL array may have no data buffer
         return np.zeros(len(array), dtype=np.uint64)
-    raw = np.frombuffer(array.buffers()[1], dtype=np.dtype(f"<u{width // 8}"))[array.offset:array.offset + len(array)]
+    raw = np.frombuffer(memoryview(_data_buffer(array)), dtype=np.dtype(f"<u{width // 8}"))[array.offset:array.offset + len(array)]
     if pa.types.is_signed_integer(array.type) or pa.types.is_temporal(array.type):
         return raw.view(np.dtype(f"<i{width // 8}")).astype(np.int64).view(np.uint64)
     return raw.astype(np.uint64)
@@ -97,3 +97,10 @@ def _mix(values: np.ndarray) -> np.ndarray:
         z *= np.uint64(0x94D049BB133111EB)
         z ^= z >> np.uint64(31)
     return z
+
+
+def _data_buffer(array: pa.Array) -> pa.Buffer:
+    """The values buffer of a fixed-width array (callers handle the all-NULL array that has none)."""
+    buffer = array.buffers()[1]
+    assert buffer is not None, "a fixed-width array with values has a data buffer"
+    return buffer

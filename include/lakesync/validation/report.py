@@ -122,7 +122,7 @@ def utc_now() -> str:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else str(value)
+        return int(value) if value == value.to_integral_value() and int(value.as_tuple().exponent) >= 0 else str(value)
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, dt.date | dt.datetime | dt.time):
