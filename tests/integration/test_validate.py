@@ -374,7 +374,7 @@ def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipel
 
 
 def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypatch):
-    import lakesync.validation.validate
+    import lakesync.validation.catch_up
 
     monkeypatch.setattr(lakesync.validation.validate, "DIFF_ROWS", 30)  # one 25-row chunk per group
     rows = delta_table(pipeline.delta.table_uri(LEDGER))
@@ -386,11 +386,11 @@ def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypa
 
 
 def test_a_table_the_stream_stopped_is_reported_without_waiting_and_says_why(pipeline, monkeypatch):
-    import lakesync.validation.validate
+    import lakesync.validation.catch_up
 
     polled: list[str] = []  # every look at how far the stream got is part of waiting for it
-    real_applied_position = lakesync.validation.validate.applied_position
-    monkeypatch.setattr(lakesync.validation.validate, "applied_position",
+    real_applied_position = lakesync.validation.catch_up.applied_position
+    monkeypatch.setattr(lakesync.validation.catch_up, "applied_position",
                         lambda pipeline, table: polled.append(table) or real_applied_position(pipeline, table))
     progress = StreamProgress()
     progress.record(LEDGER, batch_id=1, rows=0, position=None, source_ts_ms=None)
