@@ -68,8 +68,10 @@ def _seed_history_and_a_stopped_table(pipeline) -> None:
     the stream writes them), and the stream's progress file with ``accounts`` stopped."""
     now = int(time.time() * 1000)
     progress = StreamProgress({
-        "transactions": TableProgress("0000000001:0000000100:0000", now - 3_000, 24, 5, now, 480),
-        "accounts": TableProgress("0000000001:0000000004:0000", now - 3_000, 12, 0, now, 40, STOP),
+        "transactions": TableProgress(applied_position="0000000001:0000000100:0000", last_batch_id=24,
+                                      last_batch_rows=5, rows_total=480),
+        "accounts": TableProgress(applied_position="0000000001:0000000004:0000", last_batch_id=12, rows_total=40,
+                                  stopped_reason=STOP),
     })
     rows = []
     for step in range(24):

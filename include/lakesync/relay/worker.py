@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pymysql
@@ -27,7 +27,6 @@ from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.errors import (
     BrokerError,
     LakesyncError,
-    SchemaChangeError,
     ServerIdInUseError,
     SourceError,
 )
@@ -199,13 +198,11 @@ class Relay:
             if not (ours or renamed_in):
                 continue
             if change.kind == UNKNOWN:
-                raise SchemaChangeError(
-                    f"cannot understand a DDL statement on the selected table {change.db}.{change.table} at "
-                    f"{item.position}: {change.reason}\n    {item.sql.strip()[:500]}",
-                    hint="apply the change to the Delta table by hand (or re-run the full load for this table), "
-                    f"then restart the relay with --from-position after this statement "
-                    f"({item.position.file}:{item.position.offset})",
-                )
+                # Never the end of the relay: the stream stops this one table and says how to re-load it.
+                log.warning("cannot understand a DDL statement on the selected table %s.%s at %s (%s); the "
+                            "stream will stop that table: %s", change.db, change.table, item.position,
+                            change.reason, item.sql.strip()[:500])
+                change = replace(change, changes=({"change": "unknown", "reason": change.reason},))
             out.append(self._schema_event(change, item, table=change.table))
         return out
 
