@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator, Context
 from lakesync.core.connections import SPARK_CONN_ID
 from lakesync.core.errors import ConfigError
 from lakesync_airflow.assets import emit_table_assets
+from lakesync_airflow.health import table_figures
 from lakesync_airflow.hooks import LakesyncHook
 
 
@@ -100,12 +101,20 @@ class StreamOperator(LakesyncSparkSubmitOperator):
         super().__init__(pipeline=pipeline, app="stream", extra_args=["--once"], **kwargs)
 
     def execute(self, context: Context) -> None:
-        super().execute(context)
+        from lakesync.monitoring.status import pipeline_status
         from lakesync.stream.progress import StreamProgress
 
         hook = LakesyncHook(self.pipeline)
+        before = StreamProgress.load(hook.pipeline.pipeline_state_dir)
+        super().execute(context)
         progress = StreamProgress.load(hook.pipeline.pipeline_state_dir)
         emit_table_assets(context, hook.pipeline, list(progress.tables))
+        figures = table_figures(pipeline_status(hook.pipeline, relay=False))
+        for table, values in figures.items():
+            old = before.tables.get(table)
+            values["applied_this_run"] = (values["changes_applied"] or 0) - (old.rows_total if old else 0)
+            self.log.info("table %s: %s", table, values)
+        context["ti"].xcom_push(key="figures", value=figures)  # what this run applied, per table
 
 
 class HandoffOperator(BaseOperator):
