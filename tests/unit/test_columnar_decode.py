@@ -20,7 +20,13 @@ from lakesync.core.types import ColumnSpec, arrow_schema, json_value
 from lakesync.events.envelope import H_FORMAT, H_POS, ChangeEvent, encode
 from lakesync.kafka.spark_source import arrow_schema as kafka_arrow_schema
 from lakesync.sink.changes import last_change_per_key
-from lakesync.stream.columnar_decode import DecodePlan, _fast_decode, decode_records, decode_table, header_column
+from lakesync.stream.columnar_decode import (
+    DecodePlan,
+    _fast_decode,
+    decode_records,
+    decode_table,
+    header_column,
+)
 from lakesync.stream.decode import decode_batch
 
 UTC = dt.UTC

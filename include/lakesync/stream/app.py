@@ -1,8 +1,8 @@
 """The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
 
 Spark Structured Streaming reads the tables' topics with lakesync's Python Kafka source (offsets in Spark's
-checkpoint). Each micro-batch is decoded on the driver, reduced to the newest change per key, and merged
-into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
+checkpoint). Each micro-batch is decoded and reduced to the newest change per key on the executors
+(:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
 in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
 skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
 applies a change only when it is newer than what the row holds.
@@ -28,9 +28,11 @@ from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState
-from lakesync.stream.decode import TableChanges, decode_batch, user_schema
+from lakesync.stream.columnar_decode import DecodePlan, newest
+from lakesync.stream.decode import user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress
+from lakesync.stream.reduce import ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import plan_schema_change
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
@@ -119,7 +121,7 @@ def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema
 
 
 class BatchApplier:
-    """The ``foreachBatch`` function: decode, then one versioned MERGE per table."""
+    """The ``foreachBatch`` function: decode and reduce on the executors, then one versioned MERGE per table."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
         from lakesync.sink import DeltaSink
@@ -138,20 +140,33 @@ class BatchApplier:
         self.summary = StreamRunSummary()
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
-                             schema_topic=self.schema_topic)
+        batch = run_on_executors(batch_df, self._plan({}))
+        schemas = dict(self.schemas)
         stop_at = self._apply_schema_changes(batch.schema_changes)
-        for table_name, table_changes in batch.tables.items():
-            if self._stopped(table_name):
-                continue
-            if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
-                table_changes.events = [e for e in table_changes.events if e.position.key() < stop_at[table_name][0]]
-            if table_changes.events:
-                self._apply(table_name, table_changes, batch_id)
+        stop_before = {table: key for table, (key, _) in stop_at.items()}
+        if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
+            batch = run_on_executors(batch_df, self._plan(stop_before))
+        batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
+        for table_name, reduced in batch.tables.items():
+            if not self._stopped(table_name):
+                self._apply(table_name, reduced, batch_id)
         for table_name, (_, reason) in stop_at.items():
             self._stop(table_name, reason, batch_id)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+
+    def _plan(self, stop_before: dict[str, str]) -> ReducePlan:
+        """What the executors decode and reduce: the tables not stopped, with their current schemas."""
+        live = {name for name in self.sinks if not self._stopped(name)}
+        decode = DecodePlan(
+            topic_tables={topic: t.name for topic, t in self.by_topic.items() if t.name in live},
+            schemas={name: user_schema(self.schemas[name]) for name in live},
+            schema_topic=self.schema_topic,
+            stop_before=stop_before,
+        )
+        keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
+                if t.name in live and t.semantics == "exactly_once" and t.key_columns}
+        return ReducePlan(decode, keys)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
@@ -180,11 +195,8 @@ class BatchApplier:
                 log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
         return stop_at
 
-    def _apply(self, table_name: str, table_changes: TableChanges, batch_id: int) -> None:
-        changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
-        if table_changes.new_columns:
-            log.warning("table %s: change events carry columns %s the Delta table lacks (no schema event yet); "
-                        "they are not stored", table_name, sorted(table_changes.new_columns))
+    def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
+        changes = reduced.rows
         try:
             result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
@@ -193,11 +205,11 @@ class BatchApplier:
         if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
             log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
             return
-        newest = max(table_changes.events, key=lambda event: event.position)
-        self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
-                             position=newest.position.key(), source_ts_ms=newest.ts_ms)
-        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
-        self.summary.changes += changes.num_rows
+        position, source_ts_ms = newest(changes)
+        self.progress.record(table_name, batch_id=batch_id, rows=reduced.changes,
+                             position=position, source_ts_ms=source_ts_ms)
+        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + reduced.changes
+        self.summary.changes += reduced.changes
 
 
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
