@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from lakesync.core.table_layout import POS
 from lakesync.events.envelope import SchemaChangeEvent
 from lakesync.sink.changes import last_change_per_key
 from lakesync.stream.columnar_decode import DecodePlan, decode_records
@@ -136,9 +134,9 @@ class ReducedBatch:
         if self.raw is None:
             return
         for table, changes in self.raw.tables.items():
+            if table in stop_before:  # before typing: changes after the DDL may not fit the old types
+                changes.events = [e for e in changes.events if e.position.key() < stop_before[table]]
             rows = changes.to_arrow(schemas[table])
-            if table in stop_before:
-                rows = rows.filter(pc.less(rows.column(POS), stop_before[table]))
             if rows.num_rows:
                 known = self.tables.get(table)
                 if known is not None:
