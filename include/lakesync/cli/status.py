@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             console.print(f"relay: position {relay.get('position_token') or '-'}, covering "
                           f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}")
+        pressure = relay.get("backpressure")
+        if pressure and pressure.get("throttling"):
+            console.print(f"relay: [yellow]throttled[/]: the stream is {pressure['lag_records']} records behind "
+                          f"(bound {pressure['max_lag']}); the relay waits, nothing is dropped")
     return 0
 
 
