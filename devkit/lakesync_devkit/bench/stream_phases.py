@@ -80,14 +80,17 @@ class BackpressureResult:
 
 def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_seconds: float,
                  rows_match: Callable[[Pipeline], bool]) -> BackpressureResult:
-    """The relay with a lag bound: first with the stream stopped (after one batch, so its lag is known),
-    sampling the backlog; then with the stream running until everything is applied."""
+    """The relay with a lag bound: first with the stream stopped (after one applied batch, so its lag is
+    known), sampling the backlog; then with the stream running until everything is applied."""
     from lakesync.core.connections import kafka_client_config
     from lakesync.kafka.offsets import offset_consumer, true_end_offsets
-    from lakesync.relay import Relay, covered_range
+    from lakesync.relay import Relay
     from lakesync.stream.app import checkpoint_dir, run_stream
     from lakesync.stream.lag import committed_offsets, records_behind
 
+    # a first stretch relayed and applied, so the stream has a committed batch (its lag is measurable)
+    Relay(pipeline, log_every_seconds=3600).run(max_events=min(1_000, changes))
+    applied = run_stream(pipeline, once=True, spark=spark).changes
     relay = Relay(pipeline, log_every_seconds=3600)
     outcome: dict[str, Any] = {}
 
@@ -99,9 +102,6 @@ def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_second
 
     thread = threading.Thread(target=run_relay, name="bench-relay-backpressure", daemon=True)
     thread.start()
-    while covered_range(pipeline) is None and thread.is_alive():
-        time.sleep(0.1)
-    applied = run_stream(pipeline, once=True, spark=spark).changes  # a committed batch: the lag is measurable
     consumer = offset_consumer(kafka_client_config(pipeline))
     largest = 0
     try:
