@@ -55,6 +55,9 @@ _FRESHNESS_RATE = 2_000
 _TICK_INSERTS, _TICK_UPDATES = 60, 40
 _TICK_SECONDS = (_TICK_INSERTS + _TICK_UPDATES) / _FRESHNESS_RATE
 _POLL_SECONDS = 0.1
+#: the stream process's driver JVM heap in the peak-RSS phase: what docs/stream.md recommends for the
+#: default batch bound (the work is on the executors; the driver only collects reduced rows)
+STREAM_DRIVER_MEMORY = "1g"
 
 
 @dataclass
@@ -341,7 +344,8 @@ def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes:
 
 def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float]:
     """Peak RSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python workers
-    included) while it works off the backlog, and its wall time (start-up included)."""
+    included) while it works off the backlog, and its wall time (start-up included); driver heap
+    :data:`STREAM_DRIVER_MEMORY`."""
     import subprocess
     import sys
 
@@ -353,6 +357,7 @@ def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, f
     began = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "lakesync.cli.main", "stream", "--pipeline", pipeline.name,
                                 "--pipelines-dir", str(folder), "--once"],
+                               env={**os.environ, "LAKESYNC_SPARK_DRIVER_MEMORY": STREAM_DRIVER_MEMORY},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sampler = RssSampler(process.pid)
     sampler.start()
@@ -409,7 +414,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
         pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
-                                generated, stopped_seconds=10, rows_match=rows_match)
+                                generated, stopped_seconds=10, relay_rate=relay_rate, rows_match=rows_match)
         log.info("backpressure: %s", pressure)
         pipeline = phase("e2e")
         relay = Relay(pipeline, log_every_seconds=3600)
