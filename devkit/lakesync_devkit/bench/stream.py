@@ -98,6 +98,7 @@ class RssSampler(threading.Thread):
     def __init__(self, pid: int | None = None) -> None:
         super().__init__(name="rss-sampler", daemon=True)
         self.peak_bytes = 0
+        self.peak_parts: list[str] = []
         self.pid = pid
         self._halt = threading.Event()
 
@@ -106,14 +107,17 @@ class RssSampler(threading.Thread):
 
         me = psutil.Process(self.pid)
         while not self._halt.wait(0.5):
-            total = 0
+            total, parts = 0, []
             for process in [me, *me.children(recursive=True)]:
                 try:
                     if not any(server in process.name() for server in self._SERVERS):
-                        total += process.memory_info().rss
+                        rss = process.memory_info().rss
+                        total += rss
+                        parts.append(f"{process.name()} {rss / 2**20:.0f}")
                 except psutil.Error:
                     continue
-            self.peak_bytes = max(self.peak_bytes, total)
+            if total > self.peak_bytes:
+                self.peak_bytes, self.peak_parts = total, parts
 
     def reset(self) -> float:
         """The peak so far (MB); sampling goes on from zero."""
@@ -363,6 +367,7 @@ def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, f
     sampler.start()
     code = process.wait()
     peak = sampler.stop()
+    log.info("stream process tree at its peak (MB): %s", ", ".join(sampler.peak_parts))
     if code:
         raise LakesyncError(f"`lakesync stream --once` exited with {code} in the peak-RSS phase")
     return peak, time.perf_counter() - began

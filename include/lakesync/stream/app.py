@@ -257,6 +257,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
 
     session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     kafka_source.register(session)
+    # a task per executor core at least: a table topic with one partition still decodes on every core
+    options["minPartitions"] = str(session.sparkContext.defaultParallelism)
     applier = BatchApplier(pipeline, selected, app_id)
     writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))

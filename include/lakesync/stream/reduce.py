@@ -4,9 +4,9 @@ Each Spark task holds the records of one Kafka topic-partition range. ``mapInArr
 :func:`reduce_partition` on them: the records are decoded column-wise
 (:mod:`lakesync.stream.columnar_decode`) and each key-merged table is cut down to the newest change per
 key (by source position, :func:`lakesync.sink.changes.last_change_per_key`) as the batches arrive, so a
-task holds at most one row per key it has seen. The relay keys every record by the table's primary key,
-so all changes of a key share a partition and the task's reduction is the batch's; should a key still
-appear in two partitions (a topic re-partitioned), the sink's own reduction takes the newest.
+task holds at most one row per key it has seen. A key's changes can be in several tasks (the stream cuts
+a busy topic-partition into consecutive offset ranges, ``minPartitions``, so every core gets work; a
+topic may have been re-partitioned): the sink's own reduction on the driver takes the newest of those.
 ``append_log`` tables are not reduced: their rows stream through as they are decoded.
 
 What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary column) plus
