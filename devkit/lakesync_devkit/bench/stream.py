@@ -58,6 +58,8 @@ _POLL_SECONDS = 0.1
 #: the stream process's driver JVM heap in the peak-RSS phase: what docs/stream.md recommends for the
 #: default batch bound (the work is on the executors; the driver only collects reduced rows)
 STREAM_DRIVER_MEMORY = "1g"
+#: records per batch while warming a Spark session up before a stream-only measurement
+WARM_UP_BATCH = 2_000
 
 
 @dataclass
@@ -333,8 +335,9 @@ def measure_freshness(stack: DevStack, pipeline: Pipeline, spark: Any, seconds: 
 
 def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int) -> tuple[float, int]:
     """Stream-only throughput in a Spark session with ``master`` (its own session: the core count is fixed
-    when the SparkContext starts). A few continuous-mode batches on a copy (``warm_up``) first, so the
-    figure is the stream's rate, not the JVM's and the Python workers' start-up."""
+    when the SparkContext starts). A few small continuous-mode batches on a copy (``warm_up``) first, so
+    the figure is the stream's rate, not the JVM's and the Python workers' start-up. The warm-up batches
+    are small so that stopping it leaves no cancelled task's Python worker still busy in the timed run."""
     from lakesync.spark.session import build_spark_session
     from lakesync.stream.app import run_stream
 
@@ -412,9 +415,10 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         log.info("relay alone: %.0f changes/s", relay_rate)
         stream_peak, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
         log.info("stream process alone: peak RSS %.0f MB over %.1f s", stream_peak, rss_seconds)
-        stream_rate, stream_batches = _stream_only_on("local[2]", phase("stream2"), phase("warm2"), generated)
+        warm = {"max_offsets_per_trigger": WARM_UP_BATCH}
+        stream_rate, stream_batches = _stream_only_on("local[2]", phase("stream2"), phase("warm2", **warm), generated)
         log.info("stream alone, 2 cores: %.0f changes/s", stream_rate)
-        stream_rate_1, _ = _stream_only_on("local[1]", phase("stream1"), phase("warm1"), generated)
+        stream_rate_1, _ = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
         log.info("stream alone, 1 core: %.0f changes/s", stream_rate_1)
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
