@@ -1,20 +1,19 @@
-"""``lakesync bench stream``: the whole change path (relay + Spark stream + Delta MERGE) against the raw decode.
+"""``lakesync bench stream``: the change path (relay, Spark stream, Delta MERGE) against its baselines.
 
-One run on one embedded stack:
+One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and its target):
 
-1. a ``transactions`` table with 1,000,000 rows is fully loaded to Delta;
+1. a ``transactions`` table with 1,000,000 rows is fully loaded to Delta (every later phase starts from a
+   copy of this state);
 2. N row changes are written (50% updates, 30% inserts, 20% deletes, 500 rows per transaction);
-3. (a) a bare python-mysql-replication loop decodes exactly those changes (the relay bench's baseline):
-   the ceiling for any Python change path; (b) the relay (in a thread) and the stream (``availableNow``,
-   repeated until every change is applied) move them into Delta: ``end_to_end_changes_per_s`` counts from
-   the relay's start to the last Delta commit, Spark's query start-ups included;
-4. freshness: a steady load of 2,000 changes/s (every 50 ms a transaction of 60 inserts and 40 updates)
-   for ~20 s, the relay running and the stream in continuous mode with a 0.5 s trigger. A poller watches
-   the Delta table; per change, the time from the source COMMIT returning to the first Delta version
-   holding it (measured on the inserted keys, polled every 0.1 s) gives p50 and p99.
-
-``peak_rss_mb`` is the peak of this process plus its Spark children (the JVM and Python workers), sampled;
-the embedded MariaDB and broker are not counted.
+3. baselines: a bare python-mysql-replication loop decodes exactly those changes; the relay alone
+   publishes them to its own topics;
+4. the stream alone over those topics: ``lakesync stream --once`` in its own process for the peak RSS of
+   its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling;
+5. backpressure: the relay with a lag bound, the stream stopped, then running;
+6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
+   start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
+   continuous mode (0.5 s trigger), per change from its COMMIT to the first Delta version holding it;
+7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`).
 """
 
 from __future__ import annotations
