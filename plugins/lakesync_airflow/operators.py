@@ -202,7 +202,11 @@ class SettleIntervalOperator(BaseOperator):
 
 
 class MaintenanceOperator(BaseOperator):
-    """OPTIMIZE (compact small files), purge expired tombstones, VACUUM, and report, for each Delta table.
+    """OPTIMIZE, purge expired tombstones, VACUUM, and report, for each Delta table.
+
+    OPTIMIZE orders a keyed table's files by its key (``z_order`` on the key columns): the stream's MERGEs
+    rewrite touched files in arrival order, and files that each cover a narrow key range are what lets a
+    batch of changes touch few of them (docs/stream.md, "Table layout"). Tables without a key are compacted.
 
     Tombstones live in the sink's side table (``lakesync.sink.tombstones``); those of deletes older than
     ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
@@ -218,6 +222,7 @@ class MaintenanceOperator(BaseOperator):
 
         from deltalake import DeltaTable
 
+        from lakesync.full_load.state import LoadState
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 
         pipeline = LakesyncHook(self.pipeline).pipeline
@@ -228,9 +233,12 @@ class MaintenanceOperator(BaseOperator):
         options = pipeline.delta.storage_options or None
         cutoff_ms = int((time.time() - pipeline.stream.tombstone_retention_hours * 3600) * 1000)
         reports = []
+        loaded = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables
         for folder in sorted(p for p in Path(root.removeprefix("file://")).glob("*") if (p / "_delta_log").is_dir()):
             table = DeltaTable(str(folder), storage_options=options)
-            compacted = table.optimize.compact()
+            state = loaded.get(folder.name)
+            keys = pipeline.tables.settings_for(folder.name).key_columns or (state.key_columns if state else None)
+            compacted = table.optimize.z_order(list(keys)) if keys else table.optimize.compact()
             purged = TombstoneStore(tombstone_uri(str(folder)), key_columns=[], storage_options=options).purge(
                 cutoff_ms)
             vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -233,3 +234,50 @@ def test_a_partial_row_image_written_by_one_session_is_refused(db, fresh_databas
         cur.execute("SET SESSION binlog_row_image = 'FULL'")
     with pytest.raises(SourceError, match="partial row image"):
         _run(db, make_pipeline(fresh_database), start)
+
+
+def test_relay_throttles_while_the_stream_lags_past_the_bound_and_loses_nothing_when_released(
+        db, broker, fresh_database, make_pipeline, tmp_path):
+    from lakesync.core.connections import kafka_client_config
+    from lakesync.kafka.offsets import offset_consumer, true_end_offset
+    from lakesync.relay.backpressure import load_state
+    from lakesync.stream.app import checkpoint_dir
+    from tests.unit.test_backpressure import write_batch
+
+    bound = 5
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        for i in range(1, 31):
+            cur.execute(f"INSERT INTO t VALUES ({i})")  # 30 transactions
+    base = make_pipeline(fresh_database)
+    pipeline = base.model_copy(update={"stream": base.stream.model_copy(
+        update={"backpressure_max_lag": bound, "backpressure_check_seconds": 1e-6})})
+    topic, checkpoint = pipeline.topic("t"), checkpoint_dir(pipeline)
+    write_batch(checkpoint, 0, {topic: {"0": 0}})  # a stream that has applied nothing yet
+    relay = Relay(pipeline, heartbeat_seconds=0.3)
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(stats=relay.run(from_position=start,
+                                                                           stop_when_idle_seconds=2.0)))
+    runner.start()
+    consumer = offset_consumer(kafka_client_config(pipeline))
+    try:
+        deadline = time.monotonic() + 30
+        while not (load_state(pipeline.pipeline_state_dir) or {}).get("throttling"):
+            assert time.monotonic() < deadline, "the relay never throttled"
+            time.sleep(0.1)
+        time.sleep(1.0)  # throttled: the backlog stays at the bound plus the one transaction that crossed it
+        assert true_end_offset(consumer, topic, 0) == bound + 1
+        batch = 1
+        while runner.is_alive() and time.monotonic() < deadline + 30:  # the stream catches up, batch by batch
+            write_batch(checkpoint, batch, {topic: {"0": true_end_offset(consumer, topic, 0)}})
+            batch += 1
+            time.sleep(0.2)
+    finally:
+        relay.stop()
+        runner.join(30)
+        consumer.close()
+    assert relay.backpressure.pauses >= 2
+    assert load_state(pipeline.pipeline_state_dir)["throttling"] is False
+    ids = [e.after["id"] for e in changes(broker.bootstrap, topic)]
+    assert ids == list(range(1, 31))  # all of them, in order, none twice

@@ -116,7 +116,11 @@ class Snapshot(_Strict):
 
 class Stream(_Strict):
     trigger_seconds: float = Field(default=5.0, gt=0)
-    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    #: the batch bound: records per micro-batch (None: unbounded); a backlog of any size streams in batches of this
+    max_offsets_per_trigger: int | None = Field(default=100_000, gt=0)
+    #: the relay pauses the binlog read while the stream is more than this many records behind (None: never)
+    backpressure_max_lag: int | None = Field(default=5_000_000, gt=0)
+    backpressure_check_seconds: float = Field(default=5.0, gt=0)
     tombstone_retention_hours: float = Field(default=7 * 24, gt=0)
     lag_alert_seconds: float = Field(default=300, gt=0)
     reload_on_schema_change: bool = Field(

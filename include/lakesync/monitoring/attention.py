@@ -70,4 +70,9 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
                                     f"lakesync validate --pipeline {status['pipeline']} --tables {name}"))
     relay = status.get("relay") or {}
     relay_items = [Attention("alert", None, f"relay: {relay['error']}")] if relay.get("error") else []
+    pressure = relay.get("backpressure") or {}
+    if pressure.get("throttling"):  # backpressure: the relay holds back until the stream catches up
+        relay_items.append(Attention("warning", None, f"relay throttled: the stream is {pressure.get('lag_records')} "
+                                                      f"records behind (bound {pressure.get('max_lag')}); the relay "
+                                                      "waits, nothing is dropped"))
     return stopped + relay_items + lagging + checks

@@ -39,6 +39,7 @@ from lakesync.events.envelope import (
     encode_schema_change,
 )
 from lakesync.monitoring.metrics import PipelineMetrics
+from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
 from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd
@@ -119,6 +120,7 @@ class Relay:
         self.store = ProgressStore.for_pipeline(pipeline)
         self._stop_requested = False
         self.metrics = PipelineMetrics(pipeline)  # backpressure code sets metrics.set_throttled(...)
+        self.backpressure = Backpressure.for_pipeline(pipeline)
         self._position: SourcePosition | None = None
         self._last_ts_ms = 0
         self._caught_up = False
@@ -252,11 +254,15 @@ class Relay:
     def _stream(self, conn: Any, publisher: Publisher, stats: RelayStats, covered_from: SourcePosition,
                 stop_when_idle: float | None, max_events: int | None) -> None:
         pipeline = self.pipeline
-        source = BinlogSource(
-            self._mysql.pymysql_kwargs(), server_id=pipeline.source.server_id, database=self.database,
-            start=stats.start, selects=self._selected, key_overrides=self._key_overrides,
-            name=pipeline.kafka.topic_prefix, blocking=self.blocking, heartbeat_seconds=self.heartbeat_seconds,
-        )
+
+        def open_source(start: SourcePosition) -> BinlogSource:
+            return BinlogSource(
+                self._mysql.pymysql_kwargs(), server_id=pipeline.source.server_id, database=self.database,
+                start=start, selects=self._selected, key_overrides=self._key_overrides,
+                name=pipeline.kafka.topic_prefix, blocking=self.blocking, heartbeat_seconds=self.heartbeat_seconds,
+            )
+
+        source = open_source(stats.start)
         topics: dict[str, str] = {}
         partitions = pipeline.kafka.partitions
         send = publisher.send
@@ -277,47 +283,66 @@ class Relay:
             self.metrics.relay_progress(committed, stats.tables)
 
         try:
-            for item in source:
-                if type(item) is ChangeEvent:
-                    topic = topics.get(item.table)
-                    if topic is None:
-                        topic = topics[item.table] = pipeline.topic(item.table)
-                        publisher.ensure_topic(topic, partitions=partitions)
-                    item.emitted_ms = int(time.time() * 1000)
-                    key, value, headers = encode(item)
-                    send(topic, key, value, headers)
-                    stats.events += 1
-                    stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
-                    if max_events is not None and stats.events >= max_events:
+            while True:
+                throttled = False
+                for item in source:
+                    if type(item) is ChangeEvent:
+                        topic = topics.get(item.table)
+                        if topic is None:
+                            topic = topics[item.table] = pipeline.topic(item.table)
+                            publisher.ensure_topic(topic, partitions=partitions)
+                        item.emitted_ms = int(time.time() * 1000)
+                        key, value, headers = encode(item)
+                        send(topic, key, value, headers)
+                        stats.events += 1
+                        stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
+                        if max_events is not None and stats.events >= max_events:
+                            break
+                        continue
+                    now = time.monotonic()
+                    if stats.events != events_seen:
+                        last_activity, events_seen = now, stats.events
+                    if type(item) is TransactionEnd:
+                        committed = item.position
+                        stats.transactions += 1
+                        self._last_ts_ms = item.ts_ms
+                        self._caught_up = False
+                    elif type(item) is DdlStatement:
+                        last_activity = now
+                        for change in self._schema_events(item):
+                            topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+                            publisher.ensure_topic(topic, partitions=1)
+                            send(topic, *encode_schema_change(change))
+                            stats.schema_changes += 1
+                    elif type(item) is Heartbeat:
+                        self._caught_up = True
+                    if now - last_save >= self.progress_interval or type(item) is Heartbeat:
+                        checkpoint()
+                    if now - last_log >= self.log_every:
+                        self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
+                        last_log, logged_events = now, stats.events
+                    if self._stop_requested:
                         break
-                    continue
-                now = time.monotonic()
-                if stats.events != events_seen:
-                    last_activity, events_seen = now, stats.events
-                if type(item) is TransactionEnd:
-                    committed = item.position
-                    stats.transactions += 1
-                    self._last_ts_ms = item.ts_ms
-                    self._caught_up = False
-                elif type(item) is DdlStatement:
-                    last_activity = now
-                    for change in self._schema_events(item):
-                        topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-                        publisher.ensure_topic(topic, partitions=1)
-                        send(topic, *encode_schema_change(change))
-                        stats.schema_changes += 1
-                elif type(item) is Heartbeat:
-                    self._caught_up = True
-                if now - last_save >= self.progress_interval or type(item) is Heartbeat:
-                    checkpoint()
-                if now - last_log >= self.log_every:
-                    self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
-                    last_log, logged_events = now, stats.events
+                    if stop_when_idle is not None and now - last_activity >= stop_when_idle:
+                        log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
+                        break
+                    if type(item) is TransactionEnd and self.backpressure.must_pause(publisher.flush):
+                        throttled = True  # at a transaction end: nothing past `committed` was sent
+                        break
+                if not throttled:
+                    break
+                checkpoint()
+                source.close()
+                self.metrics.set_throttled(True)
+                try:
+                    self.backpressure.wait(lambda: self._stop_requested)
+                finally:
+                    self.metrics.set_throttled(False)
                 if self._stop_requested:
                     break
-                if stop_when_idle is not None and now - last_activity >= stop_when_idle:
-                    log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
-                    break
+                check_position_available(conn, committed)  # never silently skip a purged binlog
+                source = open_source(committed)
+                last_activity = time.monotonic()
             checkpoint()
         except BrokerError:
             raise  # never store progress past unacknowledged data

@@ -1,8 +1,8 @@
 """The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
 
 Spark Structured Streaming reads the tables' topics with lakesync's Python Kafka source (offsets in Spark's
-checkpoint). Each micro-batch is decoded on the driver, reduced to the newest change per key, and merged
-into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
+checkpoint). Each micro-batch is decoded and reduced to the newest change per key on the executors
+(:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
 in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
 skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
 applies a change only when it is newer than what the row holds.
@@ -21,18 +21,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.core.state_files import write_text_atomically
-from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
+from lakesync.core.table_layout import POS
+from lakesync.events.envelope import H_POS, SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.monitoring.stream_monitor import StreamMonitor
-from lakesync.stream.decode import TableChanges, decode_batch, user_schema
+from lakesync.stream.columnar_decode import DecodePlan, newest
+from lakesync.stream.decode import user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.stream.reduce import ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
@@ -135,7 +139,7 @@ def _sink(pipeline: Pipeline, table: StreamedTable):
 
 
 class BatchApplier:
-    """The ``foreachBatch`` function: decode, then one versioned MERGE per table."""
+    """The ``foreachBatch`` function: decode and reduce on the executors, then one versioned MERGE per table."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
         self.pipeline = pipeline
@@ -150,23 +154,19 @@ class BatchApplier:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
-        batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
-                             schema_topic=self.schema_topic)
         self._resume_reloaded()
+        batch = run_on_executors(batch_df, self._plan({}))
+        decoded = time.monotonic()
+        schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
-        for table_name, table_changes in batch.tables.items():
-            if self._stopped(table_name):
-                self._skipped(table_name, table_changes.events)
-                continue
-            if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
-                cut = stop_at[table_name].key
-                self._skipped(table_name, [e for e in table_changes.events if e.position.key() >= cut])
-                table_changes.events = [e for e in table_changes.events if e.position.key() < cut]
-            if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
-                handoff = self._table(table_name).handoff_key
-                table_changes.events = [e for e in table_changes.events if e.position.key() > handoff]
-            if table_changes.events:
-                self._apply(table_name, table_changes, batch_id)
+        stop_before = {table: stop.key for table, stop in stop_at.items()}
+        if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
+            batch = run_on_executors(batch_df, self._plan(stop_before))
+        batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
+        self._record_skipped(batch_df, stop_before)
+        for table_name, reduced in batch.tables.items():
+            if not self._stopped(table_name):
+                self._apply(table_name, reduced, batch_id)
         for table_name, table_fills in fills.items():
             if not self._stopped(table_name) and table_name not in stop_at:
                 for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
@@ -181,6 +181,9 @@ class BatchApplier:
                 self._reload(table_name, stop, batch_id)
             else:
                 self._stop(table_name, stop.reason, batch_id, at=stop.key)
+        log.info("batch %d: %d changes read, decoded and reduced to %d rows on the executors in %.2f s; "
+                 "applied on the driver in %.2f s", batch_id, sum(t.changes for t in batch.tables.values()),
+                 sum(t.rows.num_rows for t in batch.tables.values()), decoded - started, time.monotonic() - decoded)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
         self.monitor.batch(batch_id, self.progress, time.monotonic() - started)
@@ -223,6 +226,19 @@ class BatchApplier:
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
+    def _plan(self, stop_before: dict[str, str]) -> ReducePlan:
+        """What the executors decode and reduce: the tables not stopped, with their current schemas."""
+        live = {name for name in self.sinks if not self._stopped(name)}
+        decode = DecodePlan(
+            topic_tables={topic: t.name for topic, t in self.by_topic.items() if t.name in live},
+            schemas={name: user_schema(self.schemas[name]) for name in live},
+            schema_topic=self.schema_topic,
+            stop_before=stop_before,
+        )
+        keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
+                if t.name in live and t.semantics == "exactly_once" and t.key_columns}
+        return ReducePlan(decode, keys)
+
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
         return bool(progress and progress.stopped_reason)
@@ -233,12 +249,23 @@ class BatchApplier:
         self.progress.tables[table_name].stopped_reason = reason
         self.progress.tables[table_name].stopped_at = at
 
-    def _skipped(self, table_name: str, events: list) -> None:
-        """Remember the newest change a stopped table did not get: a re-load older than it can't resume it."""
-        if events:
-            progress = self.progress.tables.setdefault(table_name, TableProgress())
-            newest = max(event.position.key() for event in events)
-            progress.skipped_through = max(newest, progress.skipped_through or newest)
+    def _record_skipped(self, batch_df, stop_before: dict[str, str]) -> None:
+        """Remember the newest change a stopped table did not get (a re-load older than it can't resume it):
+        the newest position header per topic, aggregated on the executors, only while some table is stopped."""
+        names = {name for name in self.sinks if self._stopped(name)} | set(stop_before)
+        if not names:
+            return
+        from pyspark.sql import functions as F
+
+        topics = {t.topic: t.name for t in self.by_topic.values() if t.name in names}
+        position = F.expr(f"element_at(filter(headers, h -> h.key = '{H_POS}'), -1).value").cast("string")
+        rows = (batch_df.where(F.col("topic").isin(list(topics))).groupBy("topic")
+                .agg(F.max(position).alias("newest")).collect())
+        for row in rows:
+            name, newest_key = topics[row["topic"]], row["newest"]
+            if newest_key and newest_key >= stop_before.get(name, ""):
+                progress = self.progress.tables.setdefault(name, TableProgress())
+                progress.skipped_through = max(newest_key, progress.skipped_through or newest_key)
 
     def _resume_reloaded(self) -> None:
         """Resume each stopped table that was loaded again after it stopped (the command its message gives):
@@ -299,25 +326,25 @@ class BatchApplier:
                 self.schemas[table] = _delta_schema(sink.table_uri, self.pipeline.delta.storage_options)
         return stop_at, fills
 
-    def _apply(self, table_name: str, table_changes: TableChanges, batch_id: int) -> None:
-        changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
-        if table_changes.new_columns:
-            log.warning("table %s: change events carry columns %s the Delta table lacks (no schema event yet); "
-                        "they are not stored", table_name, sorted(table_changes.new_columns))
+    def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
+        changes, count = reduced.rows, reduced.changes
+        if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
+            changes = changes.filter(pc.greater(changes.column(POS), self._table(table_name).handoff_key))
+            count = changes.num_rows
+        if not changes.num_rows:
+            return
         try:
             result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
-            self._stop(table_name, str(exc), batch_id, at=min(e.position.key() for e in table_changes.events))
+            self._stop(table_name, str(exc), batch_id, at=pc.min(changes.column(POS)).as_py())
             return
         if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
             log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
             return
-        newest = max(table_changes.events, key=lambda event: event.position)
-        self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
-                             position=newest.position.key(), source_ts_ms=newest.ts_ms)
-        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
-        self.summary.changes += changes.num_rows
-
+        position, source_ts_ms = newest(changes)
+        self.progress.record(table_name, batch_id=batch_id, rows=count, position=position, source_ts_ms=source_ts_ms)
+        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + count
+        self.summary.changes += count
 
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
@@ -358,6 +385,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
 
     session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     kafka_source.register(session)
+    # a task per executor core at least: a table topic with one partition still decodes on every core
+    options["minPartitions"] = str(session.sparkContext.defaultParallelism)
     applier = BatchApplier(pipeline, selected, app_id)
     writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
