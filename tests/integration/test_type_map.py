@@ -28,6 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
+from lakesync.core.positions import SourcePosition
 from lakesync.core.types import (
     SNAPSHOT_TIME_ZONE_SQL,
     ColumnSpec,
@@ -40,7 +41,6 @@ from lakesync.core.types import (
     json_row_from_db,
     snapshot_select_list,
 )
-from lakesync.core.positions import SourcePosition
 from lakesync.source.binlog import BinlogSource
 from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
 

@@ -453,6 +453,13 @@ def json_converter(column: ColumnSpec, *, binlog: bool = False) -> Callable[[Any
     return to_json
 
 
+def binlog_value_converter(column: ColumnSpec) -> Callable[[Any], Any] | None:
+    """The binlog-value -> JSON conversion of a column, or None when the JSON form *is* the decoder's
+    value (integers), so the relay can skip the call. Never called with None."""
+    convert = _column_plan(column).to_json_binlog
+    return None if convert is _identity else convert
+
+
 def json_value(column: ColumnSpec, value: Any, *, binlog: bool = False) -> Any:
     """The JSON form of ``value`` in change events (docs/types.md has the form per type).
 
