@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from lakesync_devkit.dev.stack import DevStack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -21,13 +21,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-# Property tests: a small, derandomized budget in CI (`ci`, the default), a larger random one behind
-# LAKESYNC_HYPOTHESIS_PROFILE=thorough. print_blob makes a failure print the @reproduce_failure line.
-_SLOW_EXAMPLES = dict(deadline=None, print_blob=True,
-                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                             HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=3, derandomize=True, **_SLOW_EXAMPLES)
-settings.register_profile("thorough", max_examples=40, **_SLOW_EXAMPLES)
+# Hypothesis budgets, chosen by LAKESYNC_HYPOTHESIS_PROFILE: "ci" (the default) runs few examples, derandomized
+# so every run tries the same ones; "thorough" runs many random ones. A failure prints the falsifying example
+# and, with print_blob, the line that reproduces it (@reproduce_failure).
+settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=300, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -11,14 +11,15 @@ some of those rows updated and deleted. The table goes to Delta twice:
 
 Both Delta tables must equal the source according to the independent oracle (tests/oracle.py). Examples
 are coarse (one table of many rows) so Spark runs stay few: the ``ci`` profile runs a few derandomized
-examples, ``LAKESYNC_HYPOTHESIS_PROFILE=thorough`` many random ones (tests/conftest.py); a failure prints
-the ``@reproduce_failure`` line that replays it.
+examples (3), ``LAKESYNC_HYPOTHESIS_PROFILE=thorough`` many random ones (40); the profiles in
+tests/conftest.py make a failure print the ``@reproduce_failure`` line that replays it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import struct
 import uuid
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
@@ -148,6 +149,13 @@ def env(stack, monkeypatch):
         monkeypatch.setenv(name, value)
 
 
+#: One example costs two full loads, a relay run and a Spark stream run (~15 s): fewer examples than the
+#: profile's default, and more under LAKESYNC_HYPOTHESIS_PROFILE=thorough.
+_EXAMPLES = 40 if os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE") == "thorough" else 3
+
+
+@settings(max_examples=_EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                          HealthCheck.data_too_large])
 @given(example=_TABLE)
 def test_full_load_and_binlog_path_both_equal_the_source_for_generated_values(
         example, env, mariadb, tmp_path_factory, spark) -> None:

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import LakesyncError
-from lakesync.validation.validate import TableComparison
+from lakesync.validation.report import TableComparison
 from lakesync_devkit.cli.dev import ensure_demo_database
 from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
 from lakesync_devkit.demo.load import run_load
