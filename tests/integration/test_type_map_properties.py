@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
@@ -119,6 +119,20 @@ COLUMNS: list[tuple[str, str, st.SearchStrategy[Any], str]] = [
     ("g", "POINT", st.tuples(st.floats(-1e9, 1e9), st.floats(-1e9, 1e9)).map(_point), "ST_GeomFromWKB(%s)"),
 ]
 
+#: Two hand-picked rows of edge values, always tried first (in column order of COLUMNS).
+_EDGES = [
+    (-128, 255, -32768, 65535, -8388608, 16777215, -2**31, 2**32 - 1, -2**63, 2**64 - 1,
+     "-" + "9" * 35 + "." + "9" * 30, "0.0000000000", "-9999999999", "-0.00001", -3.4028234663852886e38, 5e-324,
+     1, 1023, 2**64 - 1, "0000-00-00", "0000-00-00 00:00:00", "9999-12-31 23:59:59.999999", "0000-00-00 00:00:00",
+     "-00:00:01.250000", 0, "", "😀\0", "a\0b", b"\0", b"ab\0\0", b"x\0", "it's", "", '{"k": [1, null]}',
+     "00000000-0000-0000-0000-000000000000", "0.0.0.0", "::", _point((0.0, -0.0))),
+    (127, 0, 32767, 0, 8388607, 0, 2**31 - 1, 0, 2**63 - 1, 0,
+     "9" * 35 + "." + "9" * 30, "-0.0000000001", "0", "0.99999", 1.1754943508222875e-38, -1.7976931348623157e308,
+     0, 0, 0, "2020-02-00", "1000-01-01 00:00:00", "1000-01-01 00:00:00.000001", "2038-01-19 03:14:07.999",
+     "-838:59:59.000000", 2155, " a", "", "\0", b"\0" * 6, b"", b"", "a", "x,y,z", "[]",
+     "ffffffff-ffff-ffff-ffff-ffffffffffff", "255.255.255.255", "::ffff:1.2.3.4", _point((1e9, -1e9))),
+]
+
 _ROW = st.tuples(*(st.one_of(st.none(), strategy) for _, _, strategy, _ in COLUMNS))
 #: One example: the rows to insert, then which of them to update (with new values) and which to delete.
 _TABLE = st.lists(_ROW, min_size=1, max_size=40).flatmap(lambda rows: st.tuples(
@@ -157,6 +171,7 @@ _EXAMPLES = 40 if os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE") == "thorough" el
 @settings(max_examples=_EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                                           HealthCheck.data_too_large])
 @given(example=_TABLE)
+@example(example=(_EDGES, [(0, _EDGES[1])], {1}))
 def test_full_load_and_binlog_path_both_equal_the_source_for_generated_values(
         example, env, mariadb, tmp_path_factory, spark) -> None:
     rows, updates, deletes = example
