@@ -34,7 +34,7 @@ from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.decode import user_schema
-from lakesync.stream.handoff import check_coverage, starting_offsets
+from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
@@ -368,9 +368,10 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
         covered = covered_range(pipeline)
-        check_coverage(pipeline.name, {t.name: t.handoff_key for t in selected}, covered[0] if covered else None)
         consumer = offset_consumer(client)
         try:
+            check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
+                                   covered[0] if covered else None)
             topic_keys = {t.topic: t.handoff_key for t in selected}
             topic_keys[schema_topic] = min(t.handoff_key for t in selected)
             offsets = starting_offsets(consumer, topic_keys)
