@@ -13,12 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from lakesync_devkit.dev.stack import DevStack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Spark's Python workers must run the venv's interpreter, or they won't find lakesync and its packages.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# Hypothesis budgets, chosen by LAKESYNC_HYPOTHESIS_PROFILE: "ci" (the default) runs few examples, derandomized
+# so every run tries the same ones; "thorough" runs many random ones. A failure prints the falsifying example
+# and, with print_blob, the line that reproduces it (@reproduce_failure).
+settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=300, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,8 @@ Per pipeline ``p``:
   reaches back to the load's positions) -> stream (availableNow) -> wait, deferred, until the stream applied
   every table past its target -> validate. The trigger form picks tables and mode.
 * ``lakesync_p_stream``: availableNow runs every few minutes, one at a time.
+* ``lakesync_p_health``: every few minutes, fails when a table is stopped or lags past
+  ``stream.lag_alert_seconds`` (the alert goes through Airflow: failure e-mails, callbacks, notifiers).
 * ``lakesync_p_settlement``: nightly, on a timetable with real data intervals, one task per watermarked
   table; catchup off, ``airflow backfill create`` for past days.
 * ``lakesync_p_maintenance``: weekly OPTIMIZE, tombstone purge, VACUUM, report.
@@ -23,6 +25,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from lakesync.core.config import Pipeline, load_pipeline_file, pipeline_files, pipelines_dir
 from lakesync.core.errors import ConfigError
 from lakesync_airflow.assets import table_asset, tables_alias
+from lakesync_airflow.health import HealthCheckOperator
 from lakesync_airflow.operators import (
     CheckSourceOperator,
     FullLoadOperator,
@@ -92,6 +95,20 @@ def stream_dag(pipeline: Pipeline) -> DAG:
     return dag
 
 
+def health_dag(pipeline: Pipeline) -> DAG:
+    with DAG(
+        dag_id=f"lakesync_{pipeline.name}_health",
+        description="Fail when a table is stopped or its lag passes stream.lag_alert_seconds",
+        schedule=STREAM_EVERY,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=_tags(pipeline, "health"),
+    ) as dag:
+        HealthCheckOperator(task_id="check_health", pipeline=pipeline.name)
+    return dag
+
+
 def settlement_tables(pipeline: Pipeline) -> list[str]:
     """The tables the pipeline file gives a watermark (the only ones known at parse time, and all we need)."""
     return sorted(t for t, s in pipeline.tables.overrides.items() if s.watermark and pipeline.tables.selects(t))
@@ -150,7 +167,7 @@ def pipeline_dags(directory: str | None = None) -> list[DAG]:
         )
     dags: list[DAG] = []
     for pipeline in pipelines:
-        dags += [full_load_dag(pipeline), stream_dag(pipeline), maintenance_dag(pipeline)]
+        dags += [full_load_dag(pipeline), stream_dag(pipeline), health_dag(pipeline), maintenance_dag(pipeline)]
         settlement = settlement_dag(pipeline)
         if settlement is not None:
             dags.append(settlement)

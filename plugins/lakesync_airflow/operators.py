@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator, Context
 from lakesync.core.connections import SPARK_CONN_ID
 from lakesync.core.errors import ConfigError
 from lakesync_airflow.assets import emit_table_assets
+from lakesync_airflow.health import table_figures
 from lakesync_airflow.hooks import LakesyncHook
 
 
@@ -100,12 +101,20 @@ class StreamOperator(LakesyncSparkSubmitOperator):
         super().__init__(pipeline=pipeline, app="stream", extra_args=["--once"], **kwargs)
 
     def execute(self, context: Context) -> None:
-        super().execute(context)
+        from lakesync.monitoring.status import pipeline_status
         from lakesync.stream.progress import StreamProgress
 
         hook = LakesyncHook(self.pipeline)
+        before = StreamProgress.load(hook.pipeline.pipeline_state_dir)
+        super().execute(context)
         progress = StreamProgress.load(hook.pipeline.pipeline_state_dir)
         emit_table_assets(context, hook.pipeline, list(progress.tables))
+        figures = table_figures(pipeline_status(hook.pipeline, relay=False))
+        for table, values in figures.items():
+            old = before.tables.get(table)
+            values["applied_this_run"] = (values["changes_applied"] or 0) - (old.rows_total if old else 0)
+            self.log.info("table %s: %s", table, values)
+        context["ti"].xcom_push(key="figures", value=figures)  # what this run applied, per table
 
 
 class HandoffOperator(BaseOperator):
@@ -193,7 +202,11 @@ class SettleIntervalOperator(BaseOperator):
 
 
 class MaintenanceOperator(BaseOperator):
-    """OPTIMIZE (compact small files), purge expired tombstones, VACUUM, and report, for each Delta table.
+    """OPTIMIZE, purge expired tombstones, VACUUM, and report, for each Delta table.
+
+    OPTIMIZE orders a keyed table's files by its key (``z_order`` on the key columns): the stream's MERGEs
+    rewrite touched files in arrival order, and files that each cover a narrow key range are what lets a
+    batch of changes touch few of them (docs/stream.md, "Table layout"). Tables without a key are compacted.
 
     Tombstones live in the sink's side table (``lakesync.sink.tombstones``); those of deletes older than
     ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
@@ -207,6 +220,7 @@ class MaintenanceOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
+        from lakesync.full_load.state import LoadState
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
         from lakesync.source.schema import list_tables
 
@@ -219,12 +233,15 @@ class MaintenanceOperator(BaseOperator):
         with hook.source_connection() as conn:
             names = [t for t in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(t)]
         reports = []
+        loaded = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables
         for name in names:
             uri = pipeline.delta.table_uri(name)
             if not DeltaTable.is_deltatable(uri, storage_options=options):
                 continue
             table = DeltaTable(uri, storage_options=options)
-            compacted = table.optimize.compact()
+            state = loaded.get(name)
+            keys = pipeline.tables.settings_for(name).key_columns or (state.key_columns if state else None)
+            compacted = table.optimize.z_order(list(keys)) if keys else table.optimize.compact()
             purged = TombstoneStore(tombstone_uri(uri), key_columns=[], storage_options=options).purge(cutoff_ms)
             vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
                                     enforce_retention_duration=False)

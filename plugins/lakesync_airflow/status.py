@@ -1,11 +1,15 @@
-"""The status view's data: :func:`lakesync.monitoring.status.pipeline_status` plus each table's last settled interval.
+"""The status view's data: :func:`lakesync.monitoring.status.pipeline_status` plus, per table, the last
+settled interval and the history of the chosen window, and what needs attention.
 
 The library gives applied position, lag, last full load and last validation per table; the settlement
-commits (found by their begin/end markers in the Delta history) add which interval was settled last.
+commits (found by their begin/end markers in the Delta history) add which interval was settled last; the
+history table (:mod:`lakesync.monitoring.history`) gives the charts their figures.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakesync.core.config import Pipeline
@@ -35,8 +39,19 @@ def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> di
             "delta_version": commit.get("version")}
 
 
-def pipeline_status(pipeline: Pipeline) -> dict[str, Any]:
+def pipeline_status(pipeline: Pipeline, *, history_window: timedelta = timedelta(hours=6)) -> dict[str, Any]:
+    from lakesync.monitoring.attention import attention
+    from lakesync.monitoring.history import read_history
+
     status = library_status(pipeline, relay=True, relay_timeout_s=2.0)
     for row in status["tables"]:
         row["last_settlement"] = last_settlement(pipeline, row["table"])
+    limit = pipeline.stream.lag_alert_seconds
+    status["lag_alert_seconds"] = limit
+    status["attention"] = [{**asdict(item), "text": item.describe()}
+                           for item in attention(status, lag_alert_seconds=limit)]
+    history: dict[str, list[dict[str, Any]]] = {}
+    for row in read_history(pipeline, since=datetime.now(UTC) - history_window):
+        history.setdefault(row["table"], []).append(row)
+    status["history"] = history
     return status

@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import yaml
 from deltalake import DeltaTable
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
@@ -20,6 +19,8 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.positions import SourcePosition
 from lakesync.full_load.state import LoadState
+from tests.deltakit import delta_table
+from tests.oracle import Comparison, assert_tables_match, compare_table
 
 Rows = list[tuple[Any, ...]]
 
@@ -43,11 +44,6 @@ def write_pipeline(folder: Path, document: dict[str, Any], *, file_name: str | N
     return path
 
 
-def _read(table: DeltaTable) -> pa.Table:
-    """delta-rs's own scan (not pyarrow's dataset: see docs/sink.md on the exit abort)."""
-    return pa.RecordBatchReader.from_stream(table.scan()).read_all()
-
-
 def delta_state(root: str | Path) -> dict[str, tuple[int, Rows]]:
     """Every Delta table under ``root``: (version, sorted rows). Equal before and after = nothing written."""
     state: dict[str, tuple[int, Rows]] = {}
@@ -55,17 +51,9 @@ def delta_state(root: str | Path) -> dict[str, tuple[int, Rows]]:
     if not folder.exists():
         return state
     for table_dir in sorted(p for p in folder.iterdir() if (p / "_delta_log").is_dir()):
-        table = DeltaTable(str(table_dir))
-        data = _read(table)
-        rows = sorted(tuple(map(repr, row.values())) for row in data.to_pylist())
-        state[table_dir.name] = (table.version(), rows)
+        rows = sorted(tuple(map(repr, row.values())) for row in delta_table(table_dir).to_pylist())
+        state[table_dir.name] = (DeltaTable(str(table_dir)).version(), rows)
     return state
-
-
-def delta_rows(uri: str | Path, columns: list[str]) -> list[dict[str, Any]]:
-    """The live rows of one Delta table (lakesync's own columns left out), sorted by the first column."""
-    data = _read(DeltaTable(str(uri))).select(columns)
-    return sorted(data.to_pylist(), key=lambda row: repr(row[columns[0]]))
 
 
 def done_tables(pipeline: Pipeline) -> set[str]:
@@ -98,6 +86,16 @@ class Lab:
         with self.stack.mariadb.connect(database=database or self.database) as conn, conn.cursor() as cur:
             for statement in statements:
                 cur.execute(statement)
+
+    def compare(self, pipeline: Pipeline, table: str) -> Comparison:
+        """The oracle's verdict (tests/oracle.py) on one table: never lakesync's own validate."""
+        with self.stack.mariadb.connect(database=self.database) as conn:
+            return compare_table(conn, self.database, table, pipeline.delta.table_uri(table))
+
+    def assert_matches(self, pipeline: Pipeline, *tables: str) -> None:
+        """The oracle finds each Delta table exactly its source table."""
+        with self.stack.mariadb.connect(database=self.database) as conn:
+            assert_tables_match(conn, self.database, {t: pipeline.delta.table_uri(t) for t in tables})
 
     def full_load(self, pipeline: Pipeline, **kwargs: Any) -> Any:
         from lakesync.full_load.load import FullLoad

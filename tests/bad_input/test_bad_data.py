@@ -24,7 +24,8 @@ from lakesync.kafka.offsets import offset_consumer, true_end_offsets
 from lakesync.monitoring.status import pipeline_status
 from lakesync.source.server_checks import current_position
 from lakesync.validation.validate import validate_pipeline
-from tests.bad_input.badkit import Lab, delta_rows
+from tests.bad_input.badkit import Lab
+from tests.deltakit import delta_rows
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.integration]
 
@@ -85,6 +86,8 @@ def test_awkward_values_and_hostile_identifiers_arrive_exactly(lab, spark):
     (skewed,) = delta_rows(root / "skew", ["id", "v", "ts"])
     assert skewed["v"] == 2 and int(skewed["ts"].timestamp()) == now - 86_400
 
+    lab.assert_matches(pipeline, "zero_dates", "wide", "latin", HOSTILE, "skew")
+    # and lakesync's validate agrees with the oracle on these values and names
     report = validate_pipeline(pipeline, settle_timeout_s=10, store=False)
     assert report.matches, [c.describe() for c in report.failed]
     assert {c.table: c.status for c in report.tables} == dict.fromkeys(

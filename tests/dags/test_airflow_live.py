@@ -1,7 +1,8 @@
 """A running Airflow (``airflow standalone`` on the embedded stack): a real backfill, and the status view.
 
 Slow (about a minute): it starts the API server, scheduler, DAG processor and triggerer, then runs
-``airflow backfill create`` for three days of the settlement DAG, twice.
+``airflow backfill create`` for three days of the settlement DAG, twice. The pipeline also has four hours
+of stream history and a stopped table (seeded before Airflow starts), for the status view's charts.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from lakesync_devkit.demo.database import create_demo_database
+from lakesync_devkit.dev.airflow_home import repo_root
 from lakesync_devkit.dev.airflow_runner import AirflowRunner
 from lakesync_devkit.dev.processes import free_port
+
+from lakesync.core.config import load_pipeline_file
+from lakesync.monitoring.history import Interval, append_history, interval_rows
+from lakesync.stream.progress import StreamProgress, TableProgress
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,6 +59,32 @@ def _healthy(url: str) -> bool:
         return False
 
 
+STOP = ("a DDL at mysql-bin.000001:4 changed the primary key of accounts; re-run the full load for this "
+        "table: `lakesync snapshot --pipeline live --tables accounts`")
+
+
+def _seed_history_and_a_stopped_table(pipeline) -> None:
+    """Four hours of 10-minute history rows for two tables (written with the product's history writer, as
+    the stream writes them), and the stream's progress file with ``accounts`` stopped."""
+    now = int(time.time() * 1000)
+    progress = StreamProgress({
+        "transactions": TableProgress(applied_position="0000000001:0000000100:0000", last_batch_id=24,
+                                      last_batch_rows=5, rows_total=480),
+        "accounts": TableProgress(applied_position="0000000001:0000000004:0000", last_batch_id=12, rows_total=40,
+                                  stopped_reason=STOP),
+    })
+    rows = []
+    for step in range(24):
+        end = now - (23 - step) * 600_000
+        for number, table in enumerate(progress.tables.values()):
+            table.applied_source_ts_ms, table.last_batch_at_ms = end - (5 + 7 * (step % 5) + number) * 1000, end
+        changes = {"transactions": 20 + 3 * step, "accounts": 2 if step < 12 else 0}
+        validation = {"transactions": {"status": "mismatch" if step == 20 else "equal", "mismatched_keys": 1}}
+        rows.append(interval_rows("live", Interval(end - 600_000, changes), end, progress, validation))
+    append_history(pipeline, pa.concat_tables(rows), now_ms=now)
+    progress.save(pipeline.pipeline_state_dir)
+
+
 @pytest.fixture(scope="module")
 def live(stack, tmp_path_factory):
     """A pipeline ``live`` over a demo database with three days of transactions, and Airflow running it."""
@@ -78,6 +110,7 @@ def live(stack, tmp_path_factory):
         "delta": {"root": str(delta_root)},
         "state_dir": str(root / "state"),
     }))
+    _seed_history_and_a_stopped_table(load_pipeline_file(pipelines / "live.yaml"))
     port = free_port()
     runner = AirflowRunner(root / "airflow", connections=stack.connection_env(), pipelines_dir=pipelines,
                            api_port=port)
@@ -158,16 +191,40 @@ def test_backfill_of_three_days_lands_each_day_once_and_again_changes_nothing(li
     assert len(_settled_intervals(table)) == commits, "re-running the three days committed nothing"
 
 
+CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage"]
+
+
+def _chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CHROMIUM, f"--user-data-dir={profile}", *extra, url], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_status_view_in_headless_chromium_shows_the_pipeline_tables(live):
+def test_status_view_in_headless_chromium_shows_charts_the_stopped_table_and_its_recovery_command(
+        live, tmp_path_factory):
     _, port, table, _ = live
     _wait("a settled table", lambda: (table / "_delta_log").is_dir(), timeout=300, every=3)
-    done = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--virtual-time-budget=3000", "--dump-dom", f"http://127.0.0.1:{port}/lakesync/status"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    dom = done.stdout
-    assert "pipeline live" in dom, done.stderr[-2000:]
-    assert "<td>transactions</td>" in dom
-    assert "last settled interval" in dom and "(run 1," in dom
+    url = f"http://127.0.0.1:{port}/lakesync/status"
+    profiles = tmp_path_factory.mktemp("chromium")
+    out = Path(os.environ.get("LAKESYNC_TEST_OUTPUT") or repo_root() / ".lakesync" / "test-output") / "status_view"
+    out.mkdir(parents=True, exist_ok=True)
+    dom = _chromium(url, profiles / "dom", "--virtual-time-budget=3000", "--dump-dom")
+    page = dom.stdout
+    assert "pipeline live" in page, dom.stderr[-2000:]
+    assert "last settled interval" in page and "(run 1)" in page
+    for chart in ("lag", "changes", "validation"):
+        assert page.count(f"class=\"chart {chart}\"") == 2, f"one {chart} chart per table"
+    assert page.count("<polyline") >= 2, "the lag charts draw the seeded hours as lines"
+    assert page.count("class=\"bar\"") >= 24 + 12, "one bar per interval with changes"
+    assert "class=\"bad\"" in page, "the seeded validation mismatch shows"
+    assert "stopped" in page and "changed the primary key of accounts" in page
+    assert "<code class=\"command\">lakesync snapshot --pipeline live --tables accounts</code>" in page
+    assert "href=\"../dags/lakesync_live_stream\"" in page
+    for mode, extra in (("light", ()), ("dark", ("--force-dark-mode", "--blink-settings=preferredColorScheme=0"))):
+        shot = out / f"status_view_{mode}.png"
+        _chromium(url, profiles / mode, "--window-size=1300,1500", "--virtual-time-budget=3000",
+                  f"--screenshot={shot}", *extra)
+        assert shot.stat().st_size > 10_000, f"{mode} screenshot"
+    print(f"screenshots: {out}")

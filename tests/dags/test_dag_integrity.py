@@ -54,7 +54,8 @@ def demo_parse(airflow_home, tmp_path_factory) -> dict:
 def test_every_dag_file_imports_without_errors(demo_parse):
     assert demo_parse["errors"] == {}
     assert sorted(demo_parse["dags"]) == [
-        "lakesync_demo_full_load", "lakesync_demo_maintenance", "lakesync_demo_settlement", "lakesync_demo_stream"]
+        "lakesync_demo_full_load", "lakesync_demo_health", "lakesync_demo_maintenance", "lakesync_demo_settlement",
+        "lakesync_demo_stream"]
 
 
 def test_parsing_imports_no_heavy_modules(demo_parse):

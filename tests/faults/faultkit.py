@@ -7,7 +7,10 @@ is ``SIGKILL`` to the whole group: nothing gets a chance to clean up, as in a cr
 How many kill points each test runs comes from ``LAKESYNC_FAULT_KILLS`` (default 3, so CI stays quick; the
 full run uses 20 or more). Every test prints its seed; ``LAKESYNC_FAULT_SEED=<seed>`` replays the same kill
 delays. With ``LAKESYNC_FAULT_REPORT=<file>`` each test appends one JSON line with its kill points and
-what validation compared, which is how the full run's totals are reported.
+what the oracle compared, which is how the full run's totals are reported.
+
+The verdict "Delta equals the source" comes from the independent oracle (tests/oracle.py), never from
+``lakesync validate``, the code under test.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.source.server_checks import current_position
-from lakesync.validation.validate import ValidationReport, validate_pipeline
+from tests.oracle import Comparison, compare_table, source_key
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STREAM_APP = REPO_ROOT / "spark_apps" / "stream.py"
@@ -55,7 +58,7 @@ def seeded_random(test: str) -> random.Random:
 
 @dataclass
 class FaultOutcome:
-    """What one test did and what validation found; appended to ``LAKESYNC_FAULT_REPORT`` when set."""
+    """What one test did and what the oracle found; appended to ``LAKESYNC_FAULT_REPORT`` when set."""
 
     test: str
     process: str
@@ -65,11 +68,10 @@ class FaultOutcome:
     rows_compared: int = 0
     mismatches: int = 0
 
-    def record(self, report: ValidationReport) -> None:
-        compared = [t for t in report.tables if t.comparable]
-        self.tables_checked += len(compared)
-        self.rows_compared += sum(t.source_rows for t in compared)
-        self.mismatches += sum(t.mismatched_keys + (1 if t.error else 0) for t in compared)
+    def record(self, comparisons: list[Comparison]) -> None:
+        self.tables_checked += len(comparisons)
+        self.rows_compared += sum(c.source_rows for c in comparisons)
+        self.mismatches += sum(len(c.differing_keys()) + len(c.missing_columns) for c in comparisons)
 
     def publish(self) -> None:
         print(f"[faults] {json.dumps(asdict(self))}", flush=True)
@@ -188,13 +190,23 @@ class FaultPipeline:
             assert time.monotonic() < deadline, f"the relay did not reach {target} in {timeout}s (covers {covered})"
             time.sleep(0.5)
 
-    def validate(self, outcome: FaultOutcome) -> ValidationReport:
-        """Validate every table; the test fails with the differing keys if any table differs."""
-        report = validate_pipeline(self.pipeline, settle_timeout_s=30, store=False)
-        outcome.record(report)
-        assert report.matches, "\n".join(table.describe() for table in report.failed)
-        assert outcome.tables_checked >= 4, [t.describe() for t in report.tables]
-        return report
+    def verify(self, outcome: FaultOutcome) -> list[Comparison]:
+        """The oracle compares every keyed table (the append-only change log is not comparable row for row);
+        the test fails with the differing keys if any table differs. Call it with the source quiet and the
+        stream caught up: the oracle compares once, it does not wait for the stream."""
+        pipeline = self.pipeline
+        with self.admin.connect(database=self.database) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                            "ORDER BY TABLE_NAME", (self.database,))
+                tables = [str(name) for (name,) in cur.fetchall()]
+            keyed = [t for t in tables if pipeline.tables.selects(t) and source_key(conn, self.database, t)
+                     and pipeline.tables.settings_for(t).semantics != "append_log"]
+            comparisons = [compare_table(conn, self.database, t, pipeline.delta.table_uri(t)) for t in keyed]
+        outcome.record(comparisons)
+        assert all(c.identical for c in comparisons), "\n".join(c.describe() for c in comparisons if not c.identical)
+        assert outcome.tables_checked >= 4, [c.describe() for c in comparisons]
+        return comparisons
 
 
 class Workload:

@@ -7,7 +7,6 @@ import json
 import shutil
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, seeded_random
 from lakesync_devkit.dev.broker import Broker
 from lakesync_devkit.dev.processes import free_port
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID
@@ -15,6 +14,7 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID
 from lakesync.core.errors import GapError
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import checkpoint_dir, run_stream
+from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, seeded_random
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -65,7 +65,7 @@ def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack
         shutil.rmtree(checkpoint_dir(kit.pipeline))
         kit.wait_relay_caught_up()
         run_stream(kit.pipeline, once=True, spark=spark)
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.publish()

@@ -5,10 +5,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
 
 from lakesync.full_load.state import LoadState
 from lakesync.stream.app import run_stream
+from tests.faults.faultkit import (
+    FaultOutcome,
+    FaultPipeline,
+    Workload,
+    kill_group,
+    kill_points,
+    seeded_random,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -63,7 +70,7 @@ def test_full_load_killed_mid_table_resumes_and_the_stream_repairs_what_moved(st
             assert after[table] == version, f"{table} was loaded again instead of being kept: {version} -> {after}"
         kit.wait_relay_caught_up()
         run_stream(kit.pipeline, once=True, spark=spark)
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.notes = [f"{note}: {outcome.notes.count(note)}" for note in sorted(set(outcome.notes))]

@@ -11,12 +11,12 @@ import signal
 import time
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, kill_points, seeded_random
 from lakesync_devkit.dev.processes import pid_alive
 from lakesync_devkit.dev.stack import DevStack
 
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
+from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, kill_points, seeded_random
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -76,7 +76,7 @@ def test_mariadb_restarts_under_the_relay_lose_no_change(own_stack, tmp_path, mo
             relay = kit.relay()
         kit.wait_relay_caught_up(timeout=180)
         run_stream(kit.pipeline, once=True, spark=spark)
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.notes = [f"{note}: {outcome.notes.count(note)}" for note in sorted(set(outcome.notes))]

@@ -5,10 +5,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
 
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import run_stream
+from tests.faults.faultkit import (
+    FaultOutcome,
+    FaultPipeline,
+    Workload,
+    kill_group,
+    kill_points,
+    seeded_random,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -34,7 +41,7 @@ def test_relay_killed_at_random_points_resumes_from_its_stored_progress(stack, m
         kit.wait_relay_caught_up()
         assert "from stored progress" in kit.output(final) or outcome.kills == 0, kit.output(final)[-3000:]
         run_stream(kit.pipeline, once=True, spark=spark)
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.publish()

@@ -5,9 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, kill_points, seeded_random
 
 from lakesync.full_load.load import FullLoad
+from tests.faults.faultkit import (
+    FaultOutcome,
+    FaultPipeline,
+    Workload,
+    kill_group,
+    kill_points,
+    seeded_random,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -51,7 +58,7 @@ def test_stream_killed_at_random_points_resumes_from_its_checkpoint(stack, maria
                 outcome.notes.append(where)
         kit.wait_relay_caught_up()
         kit.finish(kit.stream(once=True))
-        kit.validate(outcome)
+        kit.verify(outcome)
     finally:
         kit.stop_all()
     outcome.notes = [f"{note}: {outcome.notes.count(note)}" for note in sorted(set(outcome.notes))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,11 +14,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, parse_pipeline
-from lakesync.core.errors import BinlogPurgedError, SchemaChangeError, SourceError
+from lakesync.core.errors import BinlogPurgedError, SourceError
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import ChangeEvent, decode, decode_schema_change
 from lakesync.relay import Relay, covered_range
-from lakesync.relay.offsets import ProgressStore
 from lakesync.source.server_checks import current_position
 
 pytestmark = pytest.mark.integration
@@ -119,21 +119,26 @@ def test_add_column_mid_stream_keeps_decoding_with_the_columns_of_each_row(db, b
     schema_records = read_topic(broker.bootstrap, pipeline.topic("_schema"))
     alters = [decode_schema_change(m.value(), m.headers()) for m in schema_records]
     assert [(s.kind, s.table, s.changes) for s in alters] == [
-        ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT"}])]
+        ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT", "not_null": True,
+                               "default": {"value": "7"}}])]
     assert events[0].position < alters[0].position < events[1].position
 
 
-def test_ddl_the_relay_cannot_understand_on_a_selected_table_stops_it_clearly(db, fresh_database, make_pipeline):
+def test_ddl_the_relay_cannot_understand_is_published_as_unknown_and_the_relay_goes_on(
+        db, broker, fresh_database, make_pipeline):
     with db.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
         start = current_position(db)
         cur.execute("INSERT INTO t VALUES (1)")
         cur.execute("ALTER TABLE t ADD COLUMN (a INT, b INT)")
+        cur.execute("INSERT INTO t VALUES (2, 3, 4)")
     pipeline = make_pipeline(fresh_database)
-    with pytest.raises(SchemaChangeError, match=r"selected table .*\.t"):
-        _run(db, pipeline, start)
-    stored = ProgressStore.for_pipeline(pipeline).load()
-    assert stored is not None and stored.position > start, "progress up to the statement is kept"
+    _run(db, pipeline, start)
+    assert [e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))] == [1, 2]
+    (unknown,) = [decode_schema_change(m.value(), m.headers())
+                  for m in read_topic(broker.bootstrap, pipeline.topic("_schema"))]
+    assert (unknown.kind, unknown.table) == ("unknown", "t")
+    assert unknown.changes[0]["change"] == "unknown" and unknown.changes[0]["reason"]
 
 
 def test_unselected_tables_are_not_published(db, broker, fresh_database, make_pipeline):
@@ -229,3 +234,50 @@ def test_a_partial_row_image_written_by_one_session_is_refused(db, fresh_databas
         cur.execute("SET SESSION binlog_row_image = 'FULL'")
     with pytest.raises(SourceError, match="partial row image"):
         _run(db, make_pipeline(fresh_database), start)
+
+
+def test_relay_throttles_while_the_stream_lags_past_the_bound_and_loses_nothing_when_released(
+        db, broker, fresh_database, make_pipeline, tmp_path):
+    from lakesync.core.connections import kafka_client_config
+    from lakesync.kafka.offsets import offset_consumer, true_end_offset
+    from lakesync.relay.backpressure import load_state
+    from lakesync.stream.app import checkpoint_dir
+    from tests.unit.test_backpressure import write_batch
+
+    bound = 5
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        for i in range(1, 31):
+            cur.execute(f"INSERT INTO t VALUES ({i})")  # 30 transactions
+    base = make_pipeline(fresh_database)
+    pipeline = base.model_copy(update={"stream": base.stream.model_copy(
+        update={"backpressure_max_lag": bound, "backpressure_check_seconds": 1e-6})})
+    topic, checkpoint = pipeline.topic("t"), checkpoint_dir(pipeline)
+    write_batch(checkpoint, 0, {topic: {"0": 0}})  # a stream that has applied nothing yet
+    relay = Relay(pipeline, heartbeat_seconds=0.3)
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(stats=relay.run(from_position=start,
+                                                                           stop_when_idle_seconds=2.0)))
+    runner.start()
+    consumer = offset_consumer(kafka_client_config(pipeline))
+    try:
+        deadline = time.monotonic() + 30
+        while not (load_state(pipeline.pipeline_state_dir) or {}).get("throttling"):
+            assert time.monotonic() < deadline, "the relay never throttled"
+            time.sleep(0.1)
+        time.sleep(1.0)  # throttled: the backlog stays at the bound plus the one transaction that crossed it
+        assert true_end_offset(consumer, topic, 0) == bound + 1
+        batch = 1
+        while runner.is_alive() and time.monotonic() < deadline + 30:  # the stream catches up, batch by batch
+            write_batch(checkpoint, batch, {topic: {"0": true_end_offset(consumer, topic, 0)}})
+            batch += 1
+            time.sleep(0.2)
+    finally:
+        relay.stop()
+        runner.join(30)
+        consumer.close()
+    assert relay.backpressure.pauses >= 2
+    assert load_state(pipeline.pipeline_state_dir)["throttling"] is False
+    ids = [e.after["id"] for e in changes(broker.bootstrap, topic)]
+    assert ids == list(range(1, 31))  # all of them, in order, none twice

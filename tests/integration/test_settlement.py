@@ -178,13 +178,13 @@ def test_streamed_table_loaded_by_the_sink_is_compared_and_repaired_not_reloaded
                                                                                   fresh_database):
     from lakesync.sink.delta import DeltaSink
     from lakesync.source.server_checks import current_position
-    from lakesync.validation.validate import read_source_table
+    from tests.deltakit import source_arrow
 
     _book(mariadb, fresh_database, [(i, f"{i}.00", "2026-11-19 12:00:00") for i in range(1, 21)])
     uri = pipeline.delta.table_uri("transactions")
     with mariadb.connect() as conn:
         position = current_position(conn)
-        rows = read_source_table(conn, fresh_database, "transactions")
+        rows = source_arrow(conn, fresh_database, "transactions")
     DeltaSink(uri, key_columns=["id"]).write_snapshot(rows.to_batches(), schema=rows.schema, position=position,
                                                       snapshot_ts_ms=0)
     with mariadb.connect() as conn, conn.cursor() as cur:  # changes the stream "missed"

@@ -27,17 +27,13 @@ from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import GapError
 from lakesync.full_load.load import FullLoad
 from lakesync.relay import Relay, covered_range
-from lakesync.sink import DeltaSink
 from lakesync.source.server_checks import current_position
 from lakesync.stream import app as stream_app
 from lakesync.stream.app import checkpoint_dir, run_stream
 from lakesync.stream.progress import StreamProgress
-from lakesync.validation.validate import (
-    compare_tables,
-    read_delta_table,
-    read_source_table,
-    validate_pipeline,
-)
+from lakesync.validation.validate import validate_pipeline
+from tests.deltakit import delta_rows
+from tests.oracle import assert_tables_match, compare_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -71,10 +67,10 @@ def relay_until_idle(pipeline: Pipeline, **kwargs: Any):
 
 
 def assert_equal(mariadb, pipeline: Pipeline, table: str, key: list[str]) -> None:
+    """The oracle's verdict (tests/oracle.py): Delta holds exactly the source table, keyed by ``key``."""
     with mariadb.connect() as conn:
-        source = read_source_table(conn, pipeline.source.database, table)
-    comparison = compare_tables(table, source, read_delta_table(pipeline.delta.table_uri(table)), key)
-    assert comparison.matches, comparison.describe()
+        comparison = compare_table(conn, pipeline.source.database, table, pipeline.delta.table_uri(table))
+    assert comparison.key == key and comparison.identical, comparison.describe()
 
 
 def delta_history(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
@@ -148,6 +144,9 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     for operation in ("insert", "update", "delete"):
         assert report.operations[operation] > 0, f"the load should include {operation}s: {report.summary()}"
     assert applied_during[1] > 0 and applied_after > 0, "the stream should apply changes during and after the load"
+    keyed = ("customers", "accounts", "transactions", "daily_balances")
+    with mariadb.connect() as conn:  # the verdict is the oracle's; lakesync's validate must then agree
+        assert_tables_match(conn, fresh_database, {table: pipeline.delta.table_uri(table) for table in keyed})
     validation = validate_pipeline(pipeline, store=False, settle_timeout_s=5)
     for table in validation.tables:
         assert table.matches, table.describe()
@@ -175,12 +174,6 @@ def execute(conn, *statements: str) -> None:
             cur.execute(statement)
 
 
-def delta_rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
-    """Every column of the target table, lakesync's position columns included, ordered by key."""
-    rows = DeltaSink(pipeline.delta.table_uri(table), key_columns=["id"]).scan().read_all().to_pylist()
-    return sorted(rows, key=lambda row: row["id"])
-
-
 def test_stream_starting_before_the_full_load_position_changes_nothing(env, mariadb, items, fresh_database, tmp_path,
                                                                        spark, monkeypatch):
     before_p = current_position(items)
@@ -192,7 +185,7 @@ def test_stream_starting_before_the_full_load_position_changes_nothing(env, mari
             "UPDATE items SET amount = amount + 1 WHERE id BETWEEN 3 AND 6")
     pipeline = write_pipeline(tmp_path, fresh_database)
     FullLoad(pipeline=pipeline).run()
-    snapshot = delta_rows(pipeline, "items")
+    snapshot = delta_rows(pipeline.delta.table_uri("items"))
     relay_until_idle(pipeline, from_position=before_p)
     assert covered_range(pipeline)[0] == before_p.key()
 
@@ -204,7 +197,7 @@ def test_stream_starting_before_the_full_load_position_changes_nothing(env, mari
     summary = run_stream(pipeline, once=True, spark=spark)
 
     assert summary.changes == 8, "the stream should have read the eight changes made before P"
-    assert delta_rows(pipeline, "items") == snapshot
+    assert delta_rows(pipeline.delta.table_uri("items")) == snapshot
     assert_equal(mariadb, pipeline, "items", ["id"])
 
     execute(items, "UPDATE items SET label = 'changed after P' WHERE id = 1", "DELETE FROM items WHERE id = 3")
@@ -222,14 +215,14 @@ def test_stream_starting_after_the_full_load_position_is_refused_and_writes_noth
     execute(items, "UPDATE items SET label = 'published' WHERE id = 2")
     relay_until_idle(pipeline, from_position=after_p)
     history = delta_history(pipeline, "items")
-    rows = delta_rows(pipeline, "items")
+    rows = delta_rows(pipeline.delta.table_uri("items"))
 
     with pytest.raises(GapError, match="gap between the full load and the change log") as refused:
         run_stream(pipeline, once=True, spark=spark)
 
     assert "re-run the full load" in str(refused.value.hint)
     assert delta_history(pipeline, "items") == history
-    assert delta_rows(pipeline, "items") == rows
+    assert delta_rows(pipeline.delta.table_uri("items")) == rows
     assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
 
 
@@ -250,13 +243,13 @@ def test_batch_replayed_after_a_crash_between_delta_commit_and_checkpoint_is_not
     (commits / str(last)).unlink()
     (commits / f".{last}.crc").unlink(missing_ok=True)
     version = DeltaTable(pipeline.delta.table_uri("items")).version()
-    rows = delta_rows(pipeline, "items")
+    rows = delta_rows(pipeline.delta.table_uri("items"))
 
     run_stream(pipeline, once=True, spark=spark)
 
     assert (commits / str(last)).exists(), "Spark should have re-run the batch whose commit was lost"
     assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "the replay must commit nothing"
-    assert delta_rows(pipeline, "items") == rows
+    assert delta_rows(pipeline.delta.table_uri("items")) == rows
     assert_equal(mariadb, pipeline, "items", ["id"])
     assert StreamProgress.load(pipeline.pipeline_state_dir).tables["items"].rows_total == 7, \
         "a skipped replay is not counted as applied"
@@ -288,7 +281,7 @@ def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafk
     execute(items, "INSERT INTO items VALUES (40, 'short-lived', 4.00)")
     relay_until_idle(pipeline)
     run_stream(pipeline, once=True, spark=spark)
-    assert 40 in {row["id"] for row in delta_rows(pipeline, "items")}
+    assert 40 in {row["id"] for row in delta_rows(pipeline.delta.table_uri("items"))}
     execute(items, "DELETE FROM items WHERE id = 40")
     relay_until_idle(pipeline)
     run_stream(pipeline, once=True, spark=spark)
@@ -301,5 +294,5 @@ def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafk
     replayed = run_stream(pipeline, once=True, spark=spark)
 
     assert replayed.changes == 1, "the stream should have read the replayed insert"
-    assert 40 not in {row["id"] for row in delta_rows(pipeline, "items")}
+    assert 40 not in {row["id"] for row in delta_rows(pipeline.delta.table_uri("items"))}
     assert_equal(mariadb, pipeline, "items", ["id"])

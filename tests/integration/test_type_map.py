@@ -5,7 +5,10 @@ of the map this proves:
 (a) snapshot: the PyMySQL value becomes the expected Arrow value;
 (b) binlog: the same rows read back from the binlog with python-mysql-replication, turned into the JSON
     form of events and back, give exactly the snapshot's Arrow values (and the same JSON as the snapshot);
-(c) the Arrow table writes to Delta and reads back equal.
+(c) the relay's own binlog reader (:class:`lakesync.source.binlog.BinlogSource`, the code path production
+    runs) gives the snapshot's JSON for every column, both for a table it decodes with the library and for
+    one it decodes with its fast reader (:mod:`lakesync.source.binlog_rows`);
+(d) the Arrow table writes to Delta and reads back equal.
 The table is built and read once per module (``type_map`` fixture) so the suite stays quick.
 """
 
@@ -25,6 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
+from lakesync.core.positions import SourcePosition
 from lakesync.core.types import (
     SNAPSHOT_TIME_ZONE_SQL,
     ColumnSpec,
@@ -37,6 +41,7 @@ from lakesync.core.types import (
     json_row_from_db,
     snapshot_select_list,
 )
+from lakesync.source.binlog import BinlogSource
 from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
 
 pytestmark = pytest.mark.integration
@@ -308,6 +313,33 @@ class TypeMapRun:
     snapshot: pa.Table
     binlog_rows: list[dict[str, Any]]
     delta: pa.Table
+    #: table -> the ``after`` images the relay's BinlogSource produced, in insert order
+    relay_rows: dict[str, list[dict[str, Any]]]
+    #: table -> whether the relay decoded it with its fast reader (rather than the library)
+    relay_fast: dict[str, bool]
+
+
+#: Column types the fast reader leaves to the library; the ``type_map_fast`` table holds every other case.
+_LIBRARY_ONLY = ("TIME", "BIT", "JSON", "GEOMETRY", "POINT")
+
+
+def _fast_cases() -> list[Case]:
+    return [case for case in CASES if not case.ddl.upper().startswith(_LIBRARY_ONLY)]
+
+
+def _relay_rows(mariadb, database: str, start: SourcePosition) -> tuple[dict[str, list], dict[str, bool]]:
+    """Every insert after ``start``, as the relay's BinlogSource turns it into event JSON."""
+    source = BinlogSource(
+        {"host": mariadb.host, "port": mariadb.port, "user": "root", "password": mariadb.root_password},
+        server_id=5000 + uuid.uuid4().int % 100_000, database=database, start=start,
+        selects=lambda table: True, blocking=False,
+    )
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for item in source:
+        if getattr(item, "op", None) == "c":
+            rows.setdefault(item.table, []).append(item.after)
+    fast = {table.table: converter.plan is not None for table, converter in source._converters.values()}
+    return rows, fast
 
 
 @pytest.fixture(scope="module")
@@ -323,9 +355,13 @@ def type_map(mariadb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Type
             cur.execute(f"CREATE TABLE type_map (row_no INT PRIMARY KEY, {column_ddl})")
             cur.execute("SHOW MASTER STATUS")
             log_file, log_pos = cur.fetchone()[:2]
+            fast_names = ", ".join(f"`{case.name}`" for case in _fast_cases())
+            cur.execute(f"CREATE TABLE type_map_fast AS SELECT row_no, {fast_names} FROM type_map LIMIT 0")
+            cur.execute("ALTER TABLE type_map_fast ADD PRIMARY KEY (row_no)")
             for row in range(ROW_COUNT):
                 literals = ", ".join(_literal(case, row)[0] for case in CASES)
                 cur.execute(f"INSERT INTO type_map VALUES ({row}, {literals})")
+            cur.execute(f"INSERT INTO type_map_fast SELECT row_no, {fast_names} FROM type_map ORDER BY row_no")
 
             columns = read_table_columns(conn, database, "type_map")
             cur.execute(SNAPSHOT_TIME_ZONE_SQL)
@@ -351,10 +387,12 @@ def type_map(mariadb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Type
                 binlog_rows = [
                     json_row_from_binlog(columns, row["values"], row["none_sources"])
                     for event in stream
+                    if event.table == "type_map"
                     for row in event.rows
                 ]
             finally:
                 stream.close()
+            relay_rows, relay_fast = _relay_rows(mariadb, database, SourcePosition(log_file, log_pos))
         finally:
             cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
 
@@ -362,7 +400,7 @@ def type_map(mariadb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Type
     delta_path = tmp_path_factory.mktemp("type_map_delta") / "type_map"
     write_deltalake(str(delta_path), snapshot)
     delta = DeltaTable(str(delta_path)).to_pyarrow_table().sort_by("row_no")
-    yield TypeMapRun(columns, snapshot_rows, snapshot, binlog_rows, delta)
+    yield TypeMapRun(columns, snapshot_rows, snapshot, binlog_rows, delta, relay_rows, relay_fast)
 
 
 def _expected(case: Case) -> list[Any]:
@@ -399,6 +437,24 @@ def test_binlog_and_snapshot_give_the_same_json(type_map: TypeMapRun, case: Case
     index = type_map.columns.index(column)
     from_snapshot = [json_row_from_db([column], (row[index],))[case.name] for row in type_map.snapshot_rows]
     assert [row[case.name] for row in type_map.binlog_rows] == from_snapshot
+
+
+def _snapshot_json(run: TypeMapRun, case: Case) -> list[Any]:
+    column = _column(run, case.name)
+    index = run.columns.index(column)
+    return [json_row_from_db([column], (row[index],))[case.name] for row in run.snapshot_rows]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_relay_library_path_gives_the_snapshot_json(type_map: TypeMapRun, case: Case) -> None:
+    assert type_map.relay_fast["type_map"] is False, "the table has columns only the library decodes"
+    assert [row[case.name] for row in type_map.relay_rows["type_map"]] == _snapshot_json(type_map, case)
+
+
+@pytest.mark.parametrize("case", _fast_cases(), ids=lambda case: case.name)
+def test_relay_fast_path_gives_the_snapshot_json(type_map: TypeMapRun, case: Case) -> None:
+    assert type_map.relay_fast["type_map_fast"] is True, "every column of this table has a fast reader"
+    assert [row[case.name] for row in type_map.relay_rows["type_map_fast"]] == _snapshot_json(type_map, case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)

@@ -1,7 +1,7 @@
 """``lakesync validate`` against the real embedded MariaDB and real Delta tables.
 
-The Delta tables are built here with ``write_deltalake`` from rows read through ``read_source_table`` (what
-the sink stores: the source columns plus ``_lakesync_pos``/``_lakesync_op``/``_lakesync_ts_ms``), so these
+The Delta tables are built here with ``write_deltalake`` from rows read through lakesync's type map
+(``tests.deltakit.source_arrow``: what the sink stores: the source columns plus ``_lakesync_pos``/``_lakesync_op``/``_lakesync_ts_ms``), so these
 tests don't depend on the stream. Table and column names are hostile on purpose (spaces, backticks, quotes,
 non-ASCII letters): every identifier must be quoted on both sides.
 """
@@ -16,14 +16,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from lakesync.cli.main import main
 from lakesync.core.config import load_pipeline
 from lakesync.source.server_checks import current_position
 from lakesync.stream.progress import StreamProgress
 from lakesync.validation.store import last_results
-from lakesync.validation.validate import read_source_table, validate_pipeline
+from lakesync.validation.validate import validate_pipeline
+from tests.deltakit import delta_table, source_arrow
 
 pytestmark = pytest.mark.integration
 
@@ -79,16 +80,12 @@ def load_delta(pipeline, mariadb, table: str) -> str:
     """Write the source table to Delta as the full load would: every row tagged with the current position."""
     with mariadb.connect() as conn:
         position = current_position(conn).key()
-        rows = read_source_table(conn, pipeline.source.database, table)
+        rows = source_arrow(conn, pipeline.source.database, table)
     tagged = rows.append_column("_lakesync_pos", pa.array([position] * rows.num_rows, pa.string())) \
         .append_column("_lakesync_op", pa.array(["r"] * rows.num_rows, pa.string())) \
         .append_column("_lakesync_ts_ms", pa.array([0] * rows.num_rows, pa.int64()))
     write_deltalake(pipeline.delta.table_uri(table), tagged, mode="overwrite")
     return position
-
-
-def delta_rows(pipeline, table: str) -> pa.Table:
-    return DeltaTable(pipeline.delta.table_uri(table)).to_pyarrow_table()
 
 
 def rewrite_delta(pipeline, table: str, rows: pa.Table) -> None:
@@ -113,7 +110,7 @@ def test_identical_tables_pass_with_exit_code_0(pipeline, capsys, reader):
 
 
 def test_changed_value_in_delta_is_reported_with_its_key_and_exit_code_3(pipeline, capsys):
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     amounts = pc.if_else(pc.equal(rows[ID], 42), pa.scalar(99, rows.schema.field(AMOUNT).type), rows[AMOUNT])
     rewrite_delta(pipeline, LEDGER, rows.set_column(rows.schema.get_field_index(AMOUNT), AMOUNT, amounts))
     assert run_cli("--json", "--tables", LEDGER) == 3
@@ -126,7 +123,7 @@ def test_changed_value_in_delta_is_reported_with_its_key_and_exit_code_3(pipelin
 
 
 def test_missing_and_extra_rows_are_found_by_key(pipeline):
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     without_7 = rows.filter(pc.not_equal(rows[ID], 7))
     extra = rows.filter(pc.equal(rows[ID], 8))
     extra = extra.set_column(0, rows.schema.field(ID), pa.array([10_000], rows.schema.field(ID).type))
@@ -143,7 +140,7 @@ def test_missing_and_extra_rows_are_found_by_key(pipeline):
 
 
 def test_difference_in_a_hash_bucketed_table_names_the_composite_key(pipeline):
-    rows = delta_rows(pipeline, CODES)
+    rows = delta_table(pipeline.delta.table_uri(CODES))
     changed = pc.if_else(pc.and_(pc.equal(rows["region"], "ÄÖ"), pc.equal(rows["co de"], "c3")), "oops", rows["label"])
     rewrite_delta(pipeline, CODES, rows.set_column(rows.schema.get_field_index("label"), "label", changed))
     (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
@@ -152,7 +149,7 @@ def test_difference_in_a_hash_bucketed_table_names_the_composite_key(pipeline):
 
 
 def test_tombstone_in_delta_counts_as_missing_row(pipeline):
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     ops = pc.if_else(pc.equal(rows[ID], 5), "d", rows["_lakesync_op"])
     rewrite_delta(pipeline, LEDGER, rows.set_column(rows.schema.get_field_index("_lakesync_op"), "_lakesync_op", ops))
     (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=1).tables
@@ -186,7 +183,7 @@ def test_change_not_yet_streamed_is_not_a_mismatch_once_the_stream_catches_up(pi
 
 
 def test_delta_row_newer_than_the_snapshot_is_in_flight_not_a_mismatch(pipeline):
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     newer = pc.if_else(pc.equal(rows[ID], 9), "99999999.000000000000.000001", rows["_lakesync_pos"])
     names = pc.if_else(pc.equal(rows[ID], 9), "changed later", rows[NAME])
     rows = rows.set_column(rows.schema.get_field_index("_lakesync_pos"), "_lakesync_pos", newer)
@@ -198,7 +195,7 @@ def test_delta_row_newer_than_the_snapshot_is_in_flight_not_a_mismatch(pipeline)
 
 def test_results_land_in_the_validation_table_and_in_status(pipeline, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "240")
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     rewrite_delta(pipeline, LEDGER, rows.filter(pc.not_equal(rows[ID], 11)))
     report = validate_pipeline(pipeline, settle_timeout_s=0.5, rounds=1)
     stored = last_results(pipeline)
@@ -225,7 +222,7 @@ def test_with_the_real_sink_a_newer_tombstone_is_in_flight_and_an_older_one_is_a
     uri = pipeline.delta.table_uri(LEDGER)
     with mariadb.connect() as conn:
         position = current_position(conn)
-        rows = read_source_table(conn, pipeline.source.database, LEDGER)
+        rows = source_arrow(conn, pipeline.source.database, LEDGER)
     sink = DeltaSink(uri, key_columns=[ID])
     sink.write_snapshot(rows.to_batches(), schema=rows.schema, position=position, snapshot_ts_ms=0)
 
@@ -258,11 +255,11 @@ def test_a_table_never_loaded_is_an_error_that_names_what_to_do(pipeline, mariad
 def test_lock_free_snapshot_is_tagged_no_later_than_its_start(pipeline, mariadb):
     """The fallback for MySQL users without RELOAD: the tag may be early (safe), never late."""
     from lakesync.core.connections import mysql_connection
-    from lakesync.validation.validate import _lock_free_snapshot
+    from lakesync.validation.snapshot import lock_free_snapshot
 
     with mariadb.connect() as conn:
         before = current_position(conn)
-    snapshot = _lock_free_snapshot(mysql_connection(pipeline), pipeline.source.database)
+    snapshot = lock_free_snapshot(mysql_connection(pipeline), pipeline.source.database)
     try:
         with mariadb.connect() as conn, conn.cursor() as cur:
             cur.execute(f"INSERT INTO {q(pipeline.source.database)}.{q(AUDIT)} VALUES ('after')")
@@ -286,7 +283,7 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
     db, uri = pipeline.source.database, pipeline.delta.table_uri(LEDGER)
     with mariadb.connect() as conn:
         position = current_position(conn)
-        rows = read_source_table(conn, db, LEDGER)
+        rows = source_arrow(conn, db, LEDGER)
         columns = read_table_columns(conn, db, LEDGER)
     sink = DeltaSink(uri, key_columns=[ID])
     sink.write_snapshot(rows.to_batches(), schema=rows.schema, position=position, snapshot_ts_ms=0)
@@ -364,7 +361,7 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
 
 
 def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipeline):
-    rows = delta_rows(pipeline, CODES)
+    rows = delta_table(pipeline.delta.table_uri(CODES))
     write_deltalake(pipeline.delta.table_uri(CODES), rows.append_column("dropped at source", pa.array([1] * rows.num_rows)),
                     mode="overwrite", schema_mode="overwrite")
     (result,) = validate_pipeline(pipeline, tables=[CODES], settle_timeout_s=0.5, rounds=1).tables
@@ -377,10 +374,10 @@ def test_a_column_missing_in_delta_is_a_mismatch_and_an_extra_one_is_noted(pipel
 
 
 def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypatch):
-    import lakesync.validation.validate
+    import lakesync.validation.catch_up
 
     monkeypatch.setattr(lakesync.validation.validate, "DIFF_ROWS", 30)  # one 25-row chunk per group
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     gone = [3, 30, 60, 90, 119]
     rewrite_delta(pipeline, LEDGER, rows.filter(pc.invert(pc.is_in(rows[ID], pa.array(gone, rows.schema.field(ID).type)))))
     (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=0.5, rounds=1).tables
@@ -389,17 +386,17 @@ def test_many_differing_chunks_are_compared_in_bounded_groups(pipeline, monkeypa
 
 
 def test_a_table_the_stream_stopped_is_reported_without_waiting_and_says_why(pipeline, monkeypatch):
-    import lakesync.validation.validate
+    import lakesync.validation.catch_up
 
     polled: list[str] = []  # every look at how far the stream got is part of waiting for it
-    real_applied_position = lakesync.validation.validate.applied_position
-    monkeypatch.setattr(lakesync.validation.validate, "applied_position",
+    real_applied_position = lakesync.validation.catch_up.applied_position
+    monkeypatch.setattr(lakesync.validation.catch_up, "applied_position",
                         lambda pipeline, table: polled.append(table) or real_applied_position(pipeline, table))
     progress = StreamProgress()
     progress.record(LEDGER, batch_id=1, rows=0, position=None, source_ts_ms=None)
     progress.tables[LEDGER].stopped_reason = "unsupported DDL: ALTER TABLE ... DROP PRIMARY KEY"
     progress.save(pipeline.pipeline_state_dir)
-    rows = delta_rows(pipeline, LEDGER)
+    rows = delta_table(pipeline.delta.table_uri(LEDGER))
     rewrite_delta(pipeline, LEDGER, rows.filter(pc.not_equal(rows[ID], 50)))
     (result,) = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=30, rounds=3).tables
     assert polled == []  # it did not wait for the stream to reach a table the stream stopped

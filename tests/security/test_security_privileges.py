@@ -20,7 +20,8 @@ from lakesync.core.config import load_pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.relay import Relay
 from lakesync.validation.validate import validate_pipeline
-from tests.bad_input.badkit import Lab, delta_rows
+from tests.bad_input.badkit import Lab
+from tests.deltakit import delta_rows
 
 pytestmark = [pytest.mark.security, pytest.mark.integration]
 

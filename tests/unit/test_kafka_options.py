@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -9,7 +10,14 @@ import pytest
 from lakesync.core.errors import ConfigError
 from lakesync.kafka.config import KafkaSourceOptions, OffsetSpec, client_config, redacted
 from lakesync.kafka.offsets import rate_limited_ends
-from lakesync.kafka.spark_source import KafkaInputPartition, _record_batch, arrow_schema, from_json, to_json
+from lakesync.kafka.spark_source import (
+    KafkaInputPartition,
+    _record_batch,
+    arrow_schema,
+    from_json,
+    split_ranges,
+    to_json,
+)
 
 BASE = {"kafka.bootstrap.servers": "b1:9092", "subscribe": "shop.orders"}
 
@@ -179,3 +187,14 @@ def test_input_partitions_survive_pickling_for_the_executors():
 
     part = KafkaInputPartition("t", 0, 5, 10)
     assert pickle.loads(pickle.dumps(part)) == part
+
+
+def test_min_partitions_cuts_busy_ranges_into_consecutive_pieces_that_cover_them_exactly():
+    ranges = [KafkaInputPartition("a", 0, 100, 1100), KafkaInputPartition("b", 0, 5, 7)]
+    pieces = split_ranges(ranges, 4)
+    assert len(pieces) >= 4
+    for original in ranges:
+        mine = [p for p in pieces if p.topic == original.topic]
+        assert mine[0].start == original.start and mine[-1].end == original.end
+        assert all(left.end == right.start for left, right in itertools.pairwise(mine))
+    assert split_ranges(ranges, None) == ranges and split_ranges(ranges, 2) == ranges

@@ -21,6 +21,7 @@ from lakesync.core.types import (
     arrow_table_from_db_rows,
     arrow_table_from_json_rows,
     arrow_value_from_json,
+    binlog_value_converter,
     json_converter,
     json_row_from_binlog,
     json_row_from_db,
@@ -296,3 +297,21 @@ def test_enum_values_are_parsed_from_the_column_type_in_order() -> None:
 def test_float_is_read_as_double_to_keep_its_stored_value() -> None:
     assert snapshot_select_expression(col("float", "f`x")) == "CAST(`f``x` AS DOUBLE) AS `f``x`"
     assert snapshot_select_expression(col("double", "d")) == "`d`"
+
+
+@pytest.mark.parametrize("column_type", ["YEAR", "FLOAT", "DOUBLE", "ENUM('a')", "VARCHAR(3)", "CHAR(2)", "TEXT",
+                                         "BINARY(4)", "DECIMAL(5,2)", "TIME(3)", "SET('a','b')", "BIT(3)", "JSON"])
+def test_only_integers_skip_the_binlog_conversion(column_type: str) -> None:
+    """The relay skips the call where the converter is None; a type wrongly skipped once shipped YEAR 0000
+    as 1900, so every type with any conversion must get one."""
+    assert binlog_value_converter(col(column_type)) is not None
+
+
+def test_binlog_year_converter_repairs_the_zero_year() -> None:
+    convert = binlog_value_converter(col("YEAR"))
+    assert convert is not None and (convert(1900), convert(1901), convert(2155)) == (0, 1901, 2155)
+
+
+@pytest.mark.parametrize("column_type", ["TINYINT", "INT UNSIGNED", "BIGINT", "BIGINT UNSIGNED", "MEDIUMINT"])
+def test_integer_binlog_values_are_already_their_json_form(column_type: str) -> None:
+    assert binlog_value_converter(col(column_type)) is None

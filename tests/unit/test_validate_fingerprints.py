@@ -11,17 +11,11 @@ import pyarrow as pa
 import pytest
 
 from lakesync.core.errors import ValidationMismatch
+from lakesync.validation.chunks import ChunkPlan, chunk_digests
+from lakesync.validation.fingerprints import conform, row_hashes
+from lakesync.validation.key_diff import diff_keys
+from lakesync.validation.report import TableComparison, ValidationReport, key_dicts
 from lakesync.validation.store import SCHEMA, report_rows
-from lakesync.validation.validate import (
-    ChunkPlan,
-    TableComparison,
-    ValidationReport,
-    _diff,
-    chunk_digests,
-    compare_tables,
-    conform,
-    row_hashes,
-)
 
 SCHEMA_ROWS = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string()),
                          pa.field("amount", pa.decimal128(10, 2)), pa.field("at", pa.timestamp("us", tz="UTC"))])
@@ -64,6 +58,54 @@ def test_decimals_and_dates_are_fingerprinted_by_value():
     assert (row_hashes(table(["1.00", None, "-99999999999999999999999999999999.99"], 2)) != base).all()
     sliced = table(["5.00", "1.00", None], 1).slice(1)
     assert (row_hashes(sliced) == row_hashes(table(["1.00", None], 1))).all()
+
+
+UNUSUAL_TEXT = ["a\x00b", "a\x00c", "", "\x00", "\x00\x00", "x", "x\x00", "x ", "😀", "𝐀", "None", None]
+
+
+def test_a_row_fingerprint_depends_only_on_its_own_values():
+    """Strings that differ only after a NUL, empty strings, NULL and the text 'None' all differ, and each row
+    hashes the same alone, in any order and next to any other rows (pandas' grouping cut strings at NUL)."""
+    table = pa.table({"s": pa.array(UNUSUAL_TEXT, pa.string()), "b": pa.array(
+        [None if t is None else t.encode() for t in UNUSUAL_TEXT], pa.binary())})
+    together = row_hashes(table)
+    assert len(set(together.tolist())) == len(UNUSUAL_TEXT)
+    alone = [int(row_hashes(table.slice(i, 1))[0]) for i in range(table.num_rows)]
+    assert together.tolist() == alone
+    reversed_order = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
+    assert row_hashes(reversed_order).tolist() == alone[::-1]
+
+
+def test_swapping_values_between_columns_changes_the_fingerprint():
+    assert row_hashes(pa.table({"a": ["x"], "b": ["y"]}))[0] != row_hashes(pa.table({"a": ["y"], "b": ["x"]}))[0]
+    def pair(a: str | None, b: str | None) -> int:
+        return int(row_hashes(pa.table({"a": pa.array([a], pa.string()), "b": pa.array([b], pa.string())}))[0])
+
+    assert pair(None, "x") != pair("x", None)
+
+
+def test_fingerprints_cover_every_arrow_type_of_the_type_map():
+    """Each type: a value, its neighbour and NULL differ; the same value hashes the same in any company."""
+    cases = {
+        pa.int8(): [-128, 127], pa.int16(): [0, 255], pa.int32(): [-(2**31), 2**31 - 1],
+        pa.int64(): [-(2**63), 2**63 - 1], pa.decimal128(20, 0): [Decimal(0), Decimal(2**64 - 1)],
+        pa.decimal128(38, 10): [Decimal("-1.0000000001"), Decimal("-1.0000000002")],
+        pa.float32(): [1.5, -0.0], pa.float64(): [5e-324, -1e308], pa.date32(): [dt.date(1000, 1, 1), dt.date(9999, 12, 31)],
+        pa.timestamp("us"): [dt.datetime(1000, 1, 1), dt.datetime(1000, 1, 1, 0, 0, 0, 1)],
+        pa.timestamp("us", tz="UTC"): [dt.datetime(2038, 1, 19, tzinfo=dt.UTC), dt.datetime(1970, 1, 1, tzinfo=dt.UTC)],
+        pa.string(): ["", "\x00"], pa.binary(): [b"", b"\x00"],
+    }
+    for kind, values in cases.items():
+        column = pa.array([*values, None], kind)
+        hashes = row_hashes(pa.table({"c": column}))
+        assert len(set(hashes.tolist())) == 3, kind
+        assert row_hashes(pa.table({"c": column.slice(1)})).tolist() == hashes[1:].tolist(), kind
+
+
+def test_negative_zero_is_the_same_number_as_zero():
+    for kind in (pa.float32(), pa.float64()):
+        zeros = row_hashes(pa.table({"f": pa.array([0.0, -0.0, 1.0], kind)}))
+        assert zeros[0] == zeros[1] != zeros[2]
 
 
 def test_bigint_with_nulls_keeps_its_low_bits():
@@ -113,10 +155,17 @@ def test_chunk_checksums_do_not_depend_on_batching():
     assert whole[0].rows == 4
 
 
-def test_compare_tables_names_missing_extra_and_different_keys():
+def compared(source: pa.Table, delta: pa.Table, key_columns: list[str]) -> TableComparison:
+    """The key diff of two whole tables (no positions, so nothing in flight), as a table's result."""
+    result = TableComparison("t", source.num_rows, delta.num_rows, key_columns=key_columns)
+    diff_keys(source, delta, source.schema, key_columns, snapshot_key=None).fill(result)
+    return result
+
+
+def test_key_diff_names_missing_extra_and_different_keys():
     source = rows([1, 2, 3, 4])
     delta = rows([1, 2, 4, 5], ["n1", "changed", "n4", "n5"])
-    result = compare_tables("t", source, delta, ["id"])
+    result = compared(source, delta, ["id"])
     assert result.missing_in_delta == [{"id": 3}]
     assert result.extra_in_delta == [{"id": 5}]
     assert result.different == [{"id": 2}]
@@ -125,15 +174,16 @@ def test_compare_tables_names_missing_extra_and_different_keys():
 
 
 def test_a_key_twice_in_delta_is_a_difference():
-    result = compare_tables("t", rows([1, 2]), rows([1, 2, 2]), ["id"])
+    result = compared(rows([1, 2]), rows([1, 2, 2]), ["id"])
     assert result.different == [{"id": 2}]
 
 
 def test_decimal_and_binary_keys_are_reported_as_json():
     schema = pa.schema([pa.field("k", pa.decimal128(20, 0)), pa.field("b", pa.binary())])
     source = pa.table({"k": pa.array([Decimal(2**64 - 1)], pa.decimal128(20, 0)), "b": [b"\x00\xff"]}, schema=schema)
-    result = compare_tables("t", source, schema.empty_table(), ["k", "b"])
+    result = compared(source, schema.empty_table(), ["k", "b"])
     assert result.missing_in_delta == [{"k": 2**64 - 1, "b": "00ff"}]
+    assert key_dicts(source.select(["b"]), 1) == [{"b": "00ff"}]
 
 
 def test_rows_changed_after_the_snapshot_are_in_flight_not_different():
@@ -142,7 +192,7 @@ def test_rows_changed_after_the_snapshot_are_in_flight_not_different():
     source = rows([1, 2, 3, 4])
     delta = with_positions(rows([1, 2, 3, 4], ["n1", "new", "n3", "n4"]), [before, after, before, after],
                            ["r", "u", "r", "d"])
-    diff = _diff(source, delta, source.schema, ["id"], snapshot_key=snapshot)
+    diff = diff_keys(source, delta, source.schema, ["id"], snapshot_key=snapshot)
     assert diff.count == 0 and diff.in_flight == 2
     assert diff.keys().num_rows == 0
 
@@ -151,7 +201,7 @@ def test_an_old_tombstone_for_a_live_source_row_is_a_missing_row():
     snapshot = "00000001.000000001000.000000"
     source = rows([1, 2])
     delta = with_positions(rows([1, 2]), ["00000001.000000000500.000001"] * 2, ["r", "d"])
-    diff = _diff(source, delta, source.schema, ["id"], snapshot_key=snapshot)
+    diff = diff_keys(source, delta, source.schema, ["id"], snapshot_key=snapshot)
     assert diff.missing["id"].to_pylist() == [2] and diff.in_flight == 0
 
 

@@ -1,20 +1,19 @@
-"""``lakesync bench stream``: the whole change path (relay + Spark stream + Delta MERGE) against the raw decode.
+"""``lakesync bench stream``: the change path (relay, Spark stream, Delta MERGE) against its baselines.
 
-One run on one embedded stack:
+One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and its target):
 
-1. a ``transactions`` table with 1,000,000 rows is fully loaded to Delta;
+1. a ``transactions`` table with 1,000,000 rows is fully loaded to Delta (every later phase starts from a
+   copy of this state);
 2. N row changes are written (50% updates, 30% inserts, 20% deletes, 500 rows per transaction);
-3. (a) a bare python-mysql-replication loop decodes exactly those changes (the relay bench's baseline):
-   the ceiling for any Python change path; (b) the relay (in a thread) and the stream (``availableNow``,
-   repeated until every change is applied) move them into Delta: ``end_to_end_changes_per_s`` counts from
-   the relay's start to the last Delta commit, Spark's query start-ups included;
-4. freshness: a steady load of 2,000 changes/s (every 50 ms a transaction of 60 inserts and 40 updates)
-   for ~20 s, the relay running and the stream in continuous mode with a 0.5 s trigger. A poller watches
-   the Delta table; per change, the time from the source COMMIT returning to the first Delta version
-   holding it (measured on the inserted keys, polled every 0.1 s) gives p50 and p99.
-
-``peak_rss_mb`` is the peak of this process plus its Spark children (the JVM and Python workers), sampled;
-the embedded MariaDB and broker are not counted.
+3. baselines: a bare python-mysql-replication loop decodes exactly those changes; the relay alone
+   publishes them to its own topics;
+4. the stream alone over those topics: ``lakesync stream --once`` in its own process for the peak RSS of
+   its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling;
+5. backpressure: the relay with a lag bound, the stream stopped, then running;
+6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
+   start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
+   continuous mode (0.5 s trigger), per change from its COMMIT to the first Delta version holding it;
+7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`).
 """
 
 from __future__ import annotations
@@ -41,7 +40,9 @@ from lakesync.core.errors import LakesyncError
 from lakesync.core.identifiers import quote_identifier
 from lakesync.source.server_checks import current_position
 from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb
+from lakesync_devkit.bench.merge_cost import merge_cost_growth
 from lakesync_devkit.bench.relay import raw_decode
+from lakesync_devkit.bench.stream_phases import backpressure, copy_pipeline, relay_only, stream_only
 from lakesync_devkit.demo.database import create_demo_database, seed_transactions
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID, DevStack
 
@@ -54,6 +55,11 @@ _FRESHNESS_RATE = 2_000
 _TICK_INSERTS, _TICK_UPDATES = 60, 40
 _TICK_SECONDS = (_TICK_INSERTS + _TICK_UPDATES) / _FRESHNESS_RATE
 _POLL_SECONDS = 0.1
+#: the stream process's driver JVM heap in the peak-RSS phase: what docs/stream.md recommends for the
+#: default batch bound (the work is on the executors; the driver only collects reduced rows)
+STREAM_DRIVER_MEMORY = "1g"
+#: records per batch while warming a Spark session up before a stream-only measurement
+WARM_UP_BATCH = 2_000
 
 
 @dataclass
@@ -65,6 +71,7 @@ class StreamBenchResult:
     freshness_p50_s: float
     freshness_p99_s: float
     peak_rss_mb: float
+    peak_rss_stream_seconds: float
     end_to_end_seconds: float
     raw_decode_seconds: float
     stream_runs: int
@@ -72,31 +79,52 @@ class StreamBenchResult:
     freshness_load_changes_per_s: float
     driver_peak_rss_mb: float
     delta_rows_match_source: bool
+    relay_only_changes_per_s: float
+    stream_only_changes_per_s: float
+    stream_vs_relay: float
+    stream_only_1_core_changes_per_s: float
+    executor_scaling: float
+    stream_only_batches: int
+    batch_bound: int | None
+    backpressure: dict[str, Any]
+    merge_cost_growth: dict[str, Any] | None
+    load_average: list[float]
 
 
 class RssSampler(threading.Thread):
-    """Samples the RSS of this process and its Spark children (not the embedded servers) twice a second."""
+    """Samples the RSS of a process (this one by default) and its children, Spark's JVM and Python workers
+    included (not the embedded servers), twice a second."""
 
     _SERVERS = ("mariadbd", "mysqld", "tansu")
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int | None = None) -> None:
         super().__init__(name="rss-sampler", daemon=True)
         self.peak_bytes = 0
+        self.peak_parts: list[str] = []
+        self.pid = pid
         self._halt = threading.Event()
 
     def run(self) -> None:
         import psutil
 
-        me = psutil.Process()
+        me = psutil.Process(self.pid)
         while not self._halt.wait(0.5):
-            total = 0
+            total, parts = 0, []
             for process in [me, *me.children(recursive=True)]:
                 try:
                     if not any(server in process.name() for server in self._SERVERS):
-                        total += process.memory_info().rss
+                        rss = process.memory_info().rss
+                        total += rss
+                        parts.append(f"{process.name()} {rss / 2**20:.0f}")
                 except psutil.Error:
                     continue
-            self.peak_bytes = max(self.peak_bytes, total)
+            if total > self.peak_bytes:
+                self.peak_bytes, self.peak_parts = total, parts
+
+    def reset(self) -> float:
+        """The peak so far (MB); sampling goes on from zero."""
+        peak, self.peak_bytes = self.peak_bytes, 0
+        return peak / 2**20
 
     def stop(self) -> float:
         self._halt.set()
@@ -305,7 +333,51 @@ def measure_freshness(stack: DevStack, pipeline: Pipeline, spark: Any, seconds: 
     return freshness(load.ticks, watcher.visible), made, made / load_seconds
 
 
-def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -> StreamBenchResult:
+def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int) -> tuple[float, int]:
+    """Stream-only throughput in a Spark session with ``master`` (its own session: the core count is fixed
+    when the SparkContext starts). A few small continuous-mode batches on a copy (``warm_up``) first, so
+    the figure is the stream's rate, not the JVM's and the Python workers' start-up. The warm-up batches
+    are small so that stopping it leaves no cancelled task's Python worker still busy in the timed run."""
+    from lakesync.spark.session import build_spark_session
+    from lakesync.stream.app import run_stream
+
+    spark = build_spark_session(f"lakesync-bench-stream-{master}", master=master)
+    try:
+        run_stream(warm_up, once=False, spark=spark, timeout_seconds=10)
+        return stream_only(pipeline, spark, changes)
+    finally:
+        spark.stop()
+
+
+def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float]:
+    """Peak RSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python workers
+    included) while it works off the backlog, and its wall time (start-up included); driver heap
+    :data:`STREAM_DRIVER_MEMORY`."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    folder = Path(pipeline.state_dir).parent / "pipeline-files"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{pipeline.name}.yaml").write_text(yaml.safe_dump(pipeline.model_dump(mode="json")))
+    began = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "lakesync.cli.main", "stream", "--pipeline", pipeline.name,
+                                "--pipelines-dir", str(folder), "--once"],
+                               env={**os.environ, "LAKESYNC_SPARK_DRIVER_MEMORY": STREAM_DRIVER_MEMORY},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sampler = RssSampler(process.pid)
+    sampler.start()
+    code = process.wait()
+    peak = sampler.stop()
+    log.info("stream process tree at its peak (MB): %s", ", ".join(sampler.peak_parts))
+    if code:
+        raise LakesyncError(f"`lakesync stream --once` exited with {code} in the peak-RSS phase")
+    return peak, time.perf_counter() - began
+
+
+def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, merge_rows: tuple[int, int] | None = None,
+              backpressure_bound: int | None = None) -> StreamBenchResult:
     from lakesync.full_load.load import FullLoad
     from lakesync.relay import Relay
     from lakesync.spark.session import build_spark_session
@@ -314,35 +386,58 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
     database = f"bench_stream_{int(time.time())}"
     server_id = random.randrange(30_000, 40_000)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-", dir=stack.state_dir))
-    pipeline = bench_pipeline(database, server_id, work)
-    sampler = RssSampler()
-    sampler.start()
+    base = bench_pipeline(database, server_id, work / "base")
+
+    def phase(name: str, **stream: Any) -> Pipeline:
+        offset = {"relay": 2, "bp": 3}.get(name, 2)
+        prefix = {"e2e": base.kafka.topic_prefix, "bp": f"benchb{server_id}"}.get(name, f"benchr{server_id}")
+        return copy_pipeline(base, work / "base", work / name, topic_prefix=prefix,
+                             server_id=server_id if name == "e2e" else server_id + offset, **stream)
+
+    def rows_match(pipeline: Pipeline) -> bool:
+        with stack.mariadb.connect() as root, root.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {quote_identifier(database)}.{TABLE}")
+            return int(cur.fetchone()[0]) == _delta_row_count(pipeline.delta.table_uri(TABLE))
+
     try:
         with stack.mariadb.connect() as root:
             create_demo_database(root, database)
             log.info("seeding %d rows", TABLE_ROWS)
             seed_transactions(root, database, rows=TABLE_ROWS)
-        FullLoad(pipeline=pipeline, tables=[TABLE]).run()
+        FullLoad(pipeline=base, tables=[TABLE]).run()
         with stack.mariadb.connect() as root:
             start = current_position(root)
             log.info("generating %d changes", changes)
             generated = generate_changes(root, database, changes)
-        raw_seconds = raw_decode(mysql_connection(pipeline).pymysql_kwargs(), database, start, generated,
+        raw_seconds = raw_decode(mysql_connection(base).pymysql_kwargs(), database, start, generated,
                                  server_id + 1)
-        spark = build_spark_session("lakesync-bench-stream")
+        relay_rate = relay_only(phase("relay"), generated)
+        log.info("relay alone: %.0f changes/s", relay_rate)
+        stream_peak, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
+        log.info("stream process alone: peak RSS %.0f MB over %.1f s", stream_peak, rss_seconds)
+        warm = {"max_offsets_per_trigger": WARM_UP_BATCH}
+        stream_rate, stream_batches = _stream_only_on("local[2]", phase("stream2"), phase("warm2", **warm), generated)
+        log.info("stream alone, 2 cores: %.0f changes/s", stream_rate)
+        stream_rate_1, _ = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
+        log.info("stream alone, 1 core: %.0f changes/s", stream_rate_1)
+        spark = build_spark_session("lakesync-bench-stream", master="local[2]")
+        bound = backpressure_bound or max(1_000, generated // 5)
+        pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
+                                generated, stopped_seconds=10, relay_rate=relay_rate, rows_match=rows_match)
+        log.info("backpressure: %s", pressure)
+        pipeline = phase("e2e")
         relay = Relay(pipeline, log_every_seconds=3600)
         relay_thread = Background("bench-relay", relay.run)
         try:
             e2e_seconds, runs = end_to_end(pipeline, spark, generated, relay_thread)
-            with stack.mariadb.connect() as root, root.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM {quote_identifier(database)}.{TABLE}")
-                rows_match = int(cur.fetchone()[0]) == _delta_row_count(pipeline.delta.table_uri(TABLE))
+            e2e_rows_match = rows_match(pipeline)
             delays, made, load_rate = measure_freshness(stack, pipeline, spark, freshness_seconds)
         finally:
             relay.stop()
             relay_thread.join(30)
+        spark.stop()
+        merge = merge_cost_growth(work / "merge", merge_rows) if merge_rows else None
     finally:
-        peak = sampler.stop()
         with stack.mariadb.connect() as root, root.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
         shutil.rmtree(work, ignore_errors=True)
@@ -355,20 +450,33 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
         ratio_vs_raw_decode=round(e2e_rate / raw_rate, 3),
         freshness_p50_s=round(float(np.percentile(delays, 50)), 3) if delays.size else float("nan"),
         freshness_p99_s=round(float(np.percentile(delays, 99)), 3) if delays.size else float("nan"),
-        peak_rss_mb=round(peak, 1),
+        peak_rss_mb=round(stream_peak, 1),
+        peak_rss_stream_seconds=round(rss_seconds, 1),
         end_to_end_seconds=round(e2e_seconds, 3),
         raw_decode_seconds=round(raw_seconds, 3),
         stream_runs=runs,
         freshness_changes=made,
         freshness_load_changes_per_s=round(load_rate, 1),
         driver_peak_rss_mb=round(peak_rss_mb(), 1),
-        delta_rows_match_source=rows_match,
+        delta_rows_match_source=e2e_rows_match,
+        relay_only_changes_per_s=round(relay_rate, 1),
+        stream_only_changes_per_s=round(stream_rate, 1),
+        stream_vs_relay=round(stream_rate / relay_rate, 3),
+        stream_only_1_core_changes_per_s=round(stream_rate_1, 1),
+        executor_scaling=round(stream_rate / stream_rate_1, 3),
+        stream_only_batches=stream_batches,
+        batch_bound=base.stream.max_offsets_per_trigger,
+        backpressure=asdict(pressure),
+        merge_cost_growth=merge,
+        load_average=[round(x, 2) for x in os.getloadavg()],
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     with bench_stack(args.stack, prefix="lakesync-bench-stream-") as stack:
-        result = run_bench(stack, args.changes, freshness_seconds=args.freshness_seconds)
+        result = run_bench(stack, args.changes, freshness_seconds=args.freshness_seconds,
+                           merge_rows=tuple(args.merge_rows) if args.merge_rows else None,
+                           backpressure_bound=args.backpressure_bound)
     if args.json:
         print(json.dumps(asdict(result)))
     else:
@@ -377,10 +485,19 @@ def _run(args: argparse.Namespace) -> int:
               f"({result.raw_decode_seconds:.2f} s)")
         print(f"relay + stream -> Delta:  {result.end_to_end_changes_per_s:,.0f} changes/s "
               f"({result.end_to_end_seconds:.2f} s, {result.stream_runs} availableNow runs)")
-        print(f"ratio e2e / raw decode:   {result.ratio_vs_raw_decode:.2f} (target >= 0.5)")
+        print(f"ratio e2e / raw decode:   {result.ratio_vs_raw_decode:.2f} (target >= 0.8)")
+        print(f"relay alone:              {result.relay_only_changes_per_s:,.0f} changes/s")
+        print(f"stream alone (local[2]):  {result.stream_only_changes_per_s:,.0f} changes/s in "
+              f"{result.stream_only_batches} batches of <= {result.batch_bound}; "
+              f"{result.stream_vs_relay:.2f}x the relay (target >= 1.0)")
+        print(f"executor scaling:         {result.executor_scaling:.2f} (local[2] / local[1], target >= 1.5)")
+        print(f"backpressure:             {result.backpressure}")
+        print(f"merge cost growth:        {result.merge_cost_growth}")
+        print(f"load average:             {result.load_average}")
         print(f"freshness at {result.freshness_load_changes_per_s:,.0f} changes/s: p50 {result.freshness_p50_s:.2f} s, "
-              f"p99 {result.freshness_p99_s:.2f} s (target p99 <= 5 s)")
-        print(f"peak RSS:                 {result.peak_rss_mb:.0f} MB (driver {result.driver_peak_rss_mb:.0f} MB)")
+              f"p99 {result.freshness_p99_s:.2f} s (target p99 <= 2 s)")
+        print(f"peak RSS, stream process: {result.peak_rss_mb:.0f} MB over {result.peak_rss_stream_seconds:.0f} s "
+              f"(target <= 1500; the bench process itself {result.driver_peak_rss_mb:.0f} MB)")
     return 0
 
 
@@ -395,5 +512,10 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
                         help="state folder of a running embedded stack (default: start one in a temp folder)")
     parser.add_argument("--freshness-seconds", type=float, default=20,
                         help="how long the steady 2,000 changes/s load runs (default 20)")
+    parser.add_argument("--merge-rows", type=int, nargs=2, metavar=("SMALL", "LARGE"),
+                        help="also measure merge_cost_growth: MERGE changes/s into a LARGE-row over a SMALL-row "
+                             "Delta table (the issue's case: 1000000 10000000; slow)")
+    parser.add_argument("--backpressure-bound", type=int,
+                        help="the relay's lag bound in the backpressure phase (default: a fifth of --changes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=_run)

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a steady mix of inserts, updates and deletes (bookings, corrections, reversals, "
                     "customer edits, day-end balances, audit rows) against the demo database.",
     )
-    load.add_argument("--rate", type=float, default=100.0, help="operations per second (default 100)")
+    load.add_argument("--rate", type=float, default=100.0,
+                      help="transactions per second (default 100; each makes 1 to 3 row changes)")
     load.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     load.add_argument("--seed", type=int, default=7, help="random seed, for a reproducible workload")
     load.set_defaults(func=_load)
@@ -37,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "changes, run the stream DAG and compare every table with its source. Exit code 0 when Delta "
                     "matches the source.",
     )
-    run.add_argument("--rate", type=float, default=200.0, help="changes per second in the burst (default 200)")
+    run.add_argument("--rate", type=float, default=200.0,
+                     help="transactions per second in the burst (default 200; each makes 1 to 3 row changes)")
+    run.add_argument("--log-stderr", action="store_true",
+                     help="also print lakesync's log lines on stderr (default: only to <state dir>/logs/demo.log)")
     run.add_argument("--seconds", type=float, default=5.0, help="length of the burst (default 5)")
     run.add_argument("--without-airflow", action="store_true",
                      help="run the full load and the stream in this process instead of through Airflow's DAGs")
@@ -60,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakesync_devkit.demo.run import run_demo
 
     report = run_demo(args.state_dir, rate=args.rate, seconds=args.seconds, fresh=not args.keep,
-                      airflow=not args.without_airflow)
+                      airflow=not args.without_airflow, log_stderr=args.log_stderr)
     return 0 if report.matches else 3
 
 

@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +29,7 @@ from rich.table import Table
 
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import LakesyncError
-from lakesync.validation.validate import TableComparison
+from lakesync.validation.report import TableComparison
 from lakesync_devkit.cli.dev import ensure_demo_database
 from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
 from lakesync_devkit.demo.load import run_load
@@ -140,7 +142,32 @@ class _Airflow:
 
 
 def run_demo(state_dir: str | None = None, *, rate: float = 200, seconds: float = 5, fresh: bool = True,
-             airflow: bool = True, console: Console | None = None) -> DemoReport:
+             airflow: bool = True, console: Console | None = None, log_stderr: bool = False) -> DemoReport:
+    """Run the demo end to end; lakesync's log lines go to ``<state dir>/logs/demo.log`` (and to stderr too
+    with ``log_stderr``), so they don't interleave with the report."""
+    stack = DevStack(state_dir)
+    with log_to_file(stack.state_dir / "logs" / "demo.log", keep_stderr=log_stderr):
+        return _run_demo(stack, rate=rate, seconds=seconds, fresh=fresh, airflow=airflow, console=console)
+
+
+@contextmanager
+def log_to_file(path: Path, *, keep_stderr: bool) -> Iterator[None]:
+    """Send the root logger's records to ``path`` (instead of, or besides, its handlers) while inside."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers = [*saved, handler] if keep_stderr else [handler]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+        handler.close()
+
+
+def _run_demo(stack: DevStack, *, rate: float, seconds: float, fresh: bool, airflow: bool,
+              console: Console | None) -> DemoReport:
     from lakesync.full_load.load import FullLoad
     from lakesync.stream.app import run_stream
     from lakesync.validation.validate import validate_pipeline
@@ -148,7 +175,6 @@ def run_demo(state_dir: str | None = None, *, rate: float = 200, seconds: float 
     console = console or Console(stderr=True)
     report = DemoReport()
     steps = _Steps(console, report)
-    stack = DevStack(state_dir)
     steps.run("embedded stack up (MariaDB, broker, Airflow home)", lambda: stack.up() or f"state in {stack.state_dir}")
     os.environ.update(stack.connection_env())
     pipeline = load_pipeline(DEMO_PIPELINE)
@@ -179,7 +205,7 @@ def run_demo(state_dir: str | None = None, *, rate: float = 200, seconds: float 
             with stack.mariadb.connect(autocommit=False) as conn:
                 return run_load(conn, database, rate=rate, seconds=seconds).summary()
 
-        steps.run(f"burst of changes on the source ({rate:.0f}/s for {seconds:.0f}s)", burst)
+        steps.run(f"burst of changes on the source (target {rate:.0f} transactions/s for {seconds:.0f}s)", burst)
         steps.run("relay caught up", lambda: _wait_for_relay(pipeline, stack, relay))
 
         def stream() -> str:
@@ -215,6 +241,7 @@ def print_report(report: DemoReport, console: Console, stack: DevStack) -> None:
     total = sum(seconds for _, seconds, _ in report.steps)
     verdict = "[green]Delta matches the source.[/green]" if report.matches else "[red]Delta differs from the source.[/red]"
     console.print(f"{verdict} Whole run: {total:.1f}s. Delta tables: {stack.delta_root / DEMO_PIPELINE}")
+    console.print(f"Log: {stack.state_dir / 'logs' / 'demo.log'}")
     console.print(f"Next: [bold]source {stack.env_file}[/bold], then `lakesync status --pipeline demo`, or "
                   f"`airflow standalone` and open http://127.0.0.1:{stack.settings.airflow_port} (DAGs and the "
                   "lakesync status view).")

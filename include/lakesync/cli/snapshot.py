@@ -29,6 +29,8 @@ Modes:
               keeps the chunks it already wrote.
 
 Running it again resumes: tables already done are skipped (use --restart to load everything again).
+A table the stream stopped (a schema change it could not follow) is not done: it is loaded again, and the
+stream resumes it from this load's position.
 """
 
 
@@ -76,6 +78,9 @@ def _run(args: argparse.Namespace) -> int:
         for result in results:
             if result.table in tasks:
                 progress.update(tasks[result.table], completed=result.rows, total=result.rows)
+    for name, reason in load.stopped_reloaded.items():
+        console.print(f"[yellow]{name}[/]: loaded again, as the stream had stopped it ({reason[:300]}); the "
+                      "stream resumes it from this load")
     Console().print(summary_table(results, mode=load.mode or ""))
     position = load.state.position
     console.print(f"load position: {position}  (recorded in {load.state.path})")

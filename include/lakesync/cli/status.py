@@ -1,4 +1,9 @@
-"""``lakesync status``: per table, the full load, the stream's progress and lag, and the last validation."""
+"""``lakesync status``: what needs attention first, in words; then per table its state, lag and last check.
+
+The default layout fits an 80-column terminal: the table's name, state and lag are never cut (the other
+columns fold or are left for ``--wide``); ``--wide`` adds semantics, key, applied position, last batch and
+the stop message; ``--json`` prints everything.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ from rich.table import Table
 from lakesync.cli.arguments import add_pipeline_arguments
 
 DESCRIPTION = """\
-Show a pipeline's state per table: semantics and key, the full load (rows, position), the stream (applied
-position, lag, rows in the last batch, why it stopped), the Delta table (version, files) and the last
-validation result; plus the relay's stored position and the range of the binlog it has covered.
+Show a pipeline's state per table: first what needs attention (stopped tables with the command that
+recovers them, a relay that can't be read, tables lagging past lag_alert_seconds, failed validations), then
+a table of state, lag, loaded rows and the last validation. --wide adds semantics, key, applied position,
+last batch and the stop message; --json gives all of it (plus the relay's position and covered range).
 
 Reads state files, Delta transaction logs and the relay's offsets topic only: it never scans a table and
 never connects to the source database.
@@ -27,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pipeline_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
+    parser.add_argument("--wide", action="store_true", help="every column (for terminals wider than 80)")
     parser.add_argument("--no-relay", action="store_true", help="don't read the relay's progress from the broker")
     parser.set_defaults(func=run)
 
@@ -35,41 +42,91 @@ def run(args: argparse.Namespace) -> int:
     from lakesync.core.config import load_pipeline
     from lakesync.monitoring.status import pipeline_status
 
-    status = pipeline_status(load_pipeline(args.pipeline, args.pipelines_dir), relay=not args.no_relay)
+    pipeline = load_pipeline(args.pipeline, args.pipelines_dir)
+    status = pipeline_status(pipeline, relay=not args.no_relay)
     if args.json:
         json.dump(status, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return 0
-    console = Console()
-    console.print(status_table(status))
-    relay = status.get("relay")
-    if relay is not None:
-        if relay.get("error"):
-            console.print(f"relay: [red]{relay['error']}[/]")
-        else:
-            console.print(f"relay: position {relay.get('position_token') or '-'}, covering "
-                          f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}")
+    print_status(Console(), status, lag_alert_seconds=pipeline.stream.lag_alert_seconds, wide=args.wide)
     return 0
+
+
+def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds: float, wide: bool = False
+                 ) -> None:
+    from lakesync.monitoring.attention import attention
+
+    console.print(f"[bold]pipeline {status['pipeline']}[/] ({status['database']} -> {status['delta_root']})",
+                  overflow="fold")
+    items = attention(status, lag_alert_seconds=lag_alert_seconds)
+    if items:
+        console.print(f"[bold red]{len(items)} thing(s) need attention:[/]")
+        for item in items:
+            console.print(f"  {item.describe()}", overflow="fold", markup=False, highlight=False)
+    else:
+        console.print(f"[green]nothing needs attention[/] ({len(status['tables'])} tables)")
+    console.print(wide_table(status) if wide else narrow_table(status))
+    relay = status.get("relay")
+    if relay is not None and not relay.get("error"):
+        console.print(f"relay: position {relay.get('position_token') or '-'}, covering "
+                      f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}", overflow="fold")
+
+
+_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan"}
 
 
 def _text(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def status_table(status: dict[str, Any]) -> Table:
-    table = Table(title=f"pipeline {status['pipeline']} ({status['database']} -> {status['delta_root']})")
-    table.add_column("table", no_wrap=True)
-    for column in ("semantics", "key", "loaded rows", "applied position", "lag s", "last batch", "stopped",
-                   "last validation"):
-        table.add_column(column)
+def _lag(entry: dict[str, Any]) -> str:
+    lag = (entry.get("stream") or {}).get("lag_seconds")
+    if lag is None:
+        return "-"
+    return f"{lag:.1f} s" if lag < 600 else f"{lag / 60:,.0f} min"
+
+
+def _validation(entry: dict[str, Any], *, short: bool) -> str:
+    check = entry.get("last_validation") or {}
+    if not check:
+        return "-"
+    when = str(check.get("finished_at") or "")
+    return f"{check['status']} {when[5:16].replace('T', ' ')}" if short else f"{check['status']} at {when}"
+
+
+def _row_start(entry: dict[str, Any]) -> list[str]:
+    from lakesync.monitoring.attention import table_state
+
+    state = table_state(entry)
+    style = _STATE_STYLE.get(state)
+    return [entry["table"], f"[{style}]{state}[/]" if style else state, _lag(entry)]
+
+
+def narrow_table(status: dict[str, Any]) -> Table:
+    """Name, state and lag never cut (their columns take their full width first); the rest folds."""
+    names = [entry["table"] for entry in status["tables"]]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("table", no_wrap=True, min_width=max([5, *map(len, names)]))
+    table.add_column("state", no_wrap=True, min_width=9)
+    table.add_column("lag", no_wrap=True, justify="right", min_width=7)
+    table.add_column("loaded rows", justify="right", overflow="fold")
+    table.add_column("last validation", overflow="fold")
     for entry in status["tables"]:
-        load, stream, check = entry["full_load"] or {}, entry["stream"] or {}, entry["last_validation"] or {}
-        lag = stream.get("lag_seconds")
-        lag_text = "-" if lag is None else f"{lag:.1f}"
-        if entry["lagging"]:
-            lag_text = f"[bold red]{lag_text}[/]"
-        validation = f"{check['status']} at {check['finished_at']}" if check else "-"
-        table.add_row(entry["table"], _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
-                      _text(load.get("rows")), _text(stream.get("applied_position")), lag_text,
-                      _text(stream.get("last_batch_rows")), _text(stream.get("stopped_reason")), validation)
+        table.add_row(*_row_start(entry), _text((entry.get("full_load") or {}).get("rows")),
+                      _validation(entry, short=True))
+    return table
+
+
+def wide_table(status: dict[str, Any]) -> Table:
+    table = Table(header_style="bold")
+    table.add_column("table", no_wrap=True)
+    for column in ("state", "lag", "semantics", "key", "loaded rows", "applied position", "last batch",
+                   "stopped", "last validation"):
+        table.add_column(column, overflow="fold")
+    for entry in status["tables"]:
+        load, stream = entry.get("full_load") or {}, entry.get("stream") or {}
+        table.add_row(*_row_start(entry), _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
+                      _text(load.get("rows")), _text(stream.get("applied_position")),
+                      _text(stream.get("last_batch_rows")), _text(stream.get("stopped_reason")),
+                      _validation(entry, short=False))
     return table

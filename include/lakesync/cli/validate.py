@@ -10,11 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
-from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S, ValidationReport
+from lakesync.validation.report import ValidationReport
+from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S
 
 DESCRIPTION = """\
-Compare every selected table of a pipeline with its Delta table: row counts, checksums over key ranges
-(chunks), and, for chunks that differ, the keys: missing in Delta, extra in Delta, or different.
+Compare every selected table of a pipeline with its Delta table: row counts, checksums of row fingerprints
+over chunks (key ranges or key buckets), and, for chunks that differ, the keys: missing in Delta, extra in
+Delta, or different. A row's fingerprint covers every value of the row exactly (every byte of a string: NUL,
+emoji, trailing spaces; NULL apart from empty) and nothing else (docs/operations.md).
 
 The source is read in a consistent snapshot at a known binlog position. Keys that differ are re-checked in
 later rounds after waiting (bounded) for the stream to apply the source up to a new snapshot, and a Delta

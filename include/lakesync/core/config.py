@@ -52,13 +52,21 @@ class TableSettings(_Strict):
     chunk_rows: int | None = Field(default=None, gt=0)
 
 
+#: Names gh-ost and pt-online-schema-change give their shadow, changelog and old copies of table ``t``.
+ONLINE_SCHEMA_CHANGE_SHADOW = re.compile(r"^_.+_(gho|ghc|del|new|old)$")
+
+
 class Tables(_Strict):
     include: list[str] = Field(default_factory=lambda: ["*"])
     exclude: list[str] = Field(default_factory=list)
     overrides: dict[str, TableSettings] = Field(default_factory=dict)
 
     def selects(self, table: str) -> bool:
-        """Include/exclude by name or shell pattern (``audit_*``); exclude wins."""
+        """Include/exclude by name or shell pattern (``audit_*``); exclude wins. The shadow tables of online
+        schema change tools (gh-ost's ``_t_gho``/``_t_ghc``/``_t_del``, pt-online-schema-change's
+        ``_t_new``/``_t_old``) are never selected: their rows reach ``t`` by its own events or its re-load."""
+        if ONLINE_SCHEMA_CHANGE_SHADOW.match(table):
+            return False
         included = any(fnmatch.fnmatchcase(table, pattern) for pattern in self.include)
         return included and not any(fnmatch.fnmatchcase(table, pattern) for pattern in self.exclude)
 
@@ -108,9 +116,40 @@ class Snapshot(_Strict):
 
 class Stream(_Strict):
     trigger_seconds: float = Field(default=5.0, gt=0)
-    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    #: the batch bound: records per micro-batch (None: unbounded); a backlog of any size streams in batches of this
+    max_offsets_per_trigger: int | None = Field(default=100_000, gt=0)
+    #: the relay pauses the binlog read while the stream is more than this many records behind (None: never)
+    backpressure_max_lag: int | None = Field(default=5_000_000, gt=0)
+    backpressure_check_seconds: float = Field(default=5.0, gt=0)
     tombstone_retention_hours: float = Field(default=7 * 24, gt=0)
     lag_alert_seconds: float = Field(default=300, gt=0)
+    reload_on_schema_change: bool = Field(
+        default=True,
+        description="Re-load a table from the stream when a DDL can't be followed in place (the stream waits "
+        "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
+    )
+
+
+class Monitoring(_Strict):
+    """Where operators read the pipeline's figures (docs/operations.md, "Metrics" and "History")."""
+
+    metrics_address: str | None = Field(
+        default=None,
+        description="host:port of the OpenMetrics/Prometheus endpoint the relay and a continuous stream serve; "
+        "off when unset. Use a loopback host (127.0.0.1) unless a scraper on another machine must reach it.",
+    )
+    history_interval_seconds: float = Field(default=60, gt=0, description="One history row per table per interval.")
+    history_retention_days: float = Field(default=14, gt=0, description="History rows older than this are deleted.")
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"metrics_address {value!r} is not host:port (e.g. 127.0.0.1:9464)")
+        return value
 
 
 class Settlement(_Strict):
@@ -129,6 +168,7 @@ class Pipeline(_Strict):
     snapshot: Snapshot = Field(default_factory=Snapshot)
     stream: Stream = Field(default_factory=Stream)
     settlement: Settlement = Field(default_factory=Settlement)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     state_dir: str = Field(
         default="${LAKESYNC_STATE_DIR:-.lakesync}/pipelines",
         description="Where checkpoints and load progress live (per pipeline subfolder).",

@@ -15,22 +15,25 @@ the lakesync position is ``(file, pos, row + 1)``; snapshot rows (``op`` ``r``) 
 
 :func:`decode` also reads events written by Debezium's MySQL connector, with or without the JSON
 converter's ``{"schema", "payload"}`` wrapper, converting Debezium's logical types to lakesync's JSON form
-where the schema says what they are. Schema changes travel as a separate message type on the pipeline's
+where the schema says what they are, and taking the position from the ``source`` block when the
+``lakesync.pos`` header is missing (:mod:`lakesync.events.debezium`). Schema changes travel as a separate message type on the pipeline's
 ``<prefix>.<db>._schema`` topic (:class:`SchemaChangeEvent`).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from lakesync.core.errors import LakesyncError
 from lakesync.core.positions import MIN_KEY, SourcePosition, binlog_file_index, file_stem
+from lakesync.events.debezium import (
+    EventFormatError,
+    convert_row,
+    envelope_converters,
+    position_from_source_block,
+)
 
 EVENT_FORMAT = "lakesync.event.v1"
 SCHEMA_FORMAT = "lakesync.schema.v1"
@@ -42,8 +45,6 @@ H_POS, H_OP, H_KEY, H_FORMAT = "lakesync.pos", "lakesync.op", "lakesync.key", "l
 _OPS = frozenset("cudr")
 _SNAPSHOT_TRUE = frozenset({"true", "last", "first", "first_in_data_collection", "last_in_data_collection",
                             "incremental"})
-_EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_DATE = dt.date(1970, 1, 1)
 
 Headers = list[tuple[str, bytes]]
 _OP_BYTES = {op: op.encode() for op in _OPS}
@@ -57,10 +58,6 @@ _file_indexes: dict[str, int] = {}
 _SNAPSHOT_JSON = {True: '"true"', False: '"false"'}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
-
-
-class EventFormatError(LakesyncError):
-    """A Kafka record is not a change event lakesync (or Debezium) wrote."""
 
 
 @dataclass(slots=True)
@@ -223,19 +220,31 @@ def _file_index(file: str) -> int:
 
 
 def _position(source: Mapping[str, Any], op: str, headers: Mapping[str, str]) -> SourcePosition:
-    gtid = source.get("gtid") or None
-    file = source.get("file")
-    if not file:
-        raise EventFormatError("the event's source block has no binlog file")
+    """The ``lakesync.pos`` header when the relay wrote one, else the source block (Debezium's topics)."""
     key = headers.get(H_POS)
+    file = source.get("file")
+    if not key or not file:
+        return position_from_source_block(source, op)
+    gtid = source.get("gtid") or None
+    parts = key.split(".")
+    if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) == _file_index(file):
+        return SourcePosition(file, int(parts[1]), int(parts[2]), gtid)
+    pos = SourcePosition.from_key(key, file_stem=file_stem(file))
+    return SourcePosition(pos.file, pos.offset, pos.row, gtid)
+
+
+def record_position_key(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None
+                        ) -> str | None:
+    """The position key (:meth:`SourcePosition.key`) of a Kafka record, for seeking: the ``lakesync.pos``
+    header when present, else derived from the value's source block (Debezium's topics). None for a record
+    with no value (a tombstone), which has no position."""
+    key = _header_map(headers).get(H_POS)
     if key:
-        parts = key.split(".")
-        if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) == _file_index(file):
-            return SourcePosition(file, int(parts[1]), int(parts[2]), gtid)
-        pos = SourcePosition.from_key(key, file_stem=file_stem(file))
-        return SourcePosition(pos.file, pos.offset, pos.row, gtid)
-    row = 0 if op == "r" else int(source.get("row") or 0) + 1
-    return SourcePosition(file, int(source.get("pos") or 0), row, gtid)
+        return key
+    if value is None:
+        return None
+    payload, _ = _unwrap(_loads(value))
+    return position_from_source_block(payload.get("source") or {}, payload.get("op") or "c").key()
 
 
 def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None, *,
@@ -254,9 +263,9 @@ def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mappi
     source = payload.get("source") or {}
     before, after = payload.get("before"), payload.get("after")
     if schema is not None:
-        converters = _envelope_converters(schema)
-        before = _convert_row(before, converters.get("before"))
-        after = _convert_row(after, converters.get("after"))
+        converters = envelope_converters(schema)
+        before = convert_row(before, converters.get("before"))
+        after = convert_row(after, converters.get("after"))
     header_map = _header_map(headers)
     key_kind = header_map.get(H_KEY)
     key_dict: dict[str, Any] | None = None
@@ -318,86 +327,3 @@ def decode_schema_change(value: bytes | str, headers: Iterable[tuple[str, Any]] 
         server_id=int(source.get("server_id") or 0),
         name=source.get("name") or "",
     )
-
-
-# -- Debezium logical types -> lakesync JSON form -----------------------------------------------------------
-
-def _iso_datetime(value: dt.datetime) -> str:
-    return value.isoformat(timespec="microseconds")
-
-
-def _from_days(days: int) -> str:
-    return (_EPOCH_DATE + dt.timedelta(days=int(days))).isoformat()
-
-
-def _from_epoch(unit_per_second: int) -> Callable[[int], str]:
-    def convert(value: int) -> str:
-        seconds, fraction = divmod(int(value), unit_per_second)
-        micros = fraction * 1_000_000 // unit_per_second
-        return _iso_datetime(_EPOCH + dt.timedelta(seconds=seconds, microseconds=micros))
-    return convert
-
-
-def _time_micros(unit_per_second: int) -> Callable[[int], int]:
-    """TIME as microseconds since midnight (MySQL TIME may be negative or exceed 24 h)."""
-    return lambda value: int(value) * 1_000_000 // unit_per_second
-
-
-def _decimal_bytes(scale: int) -> Callable[[str], str]:
-    """Kafka Connect Decimal: base64 of the big-endian two's-complement unscaled value."""
-    def convert(value: str) -> str:
-        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
-        return str(Decimal(unscaled).scaleb(-scale))
-    return convert
-
-
-def _variable_scale_decimal(value: Mapping[str, Any]) -> str:
-    unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
-    return str(Decimal(unscaled).scaleb(-int(value["scale"])))
-
-
-_BY_NAME: dict[str, Callable[[Any], Any]] = {
-    "io.debezium.time.Date": _from_days,
-    "org.apache.kafka.connect.data.Date": _from_days,
-    "io.debezium.time.Timestamp": _from_epoch(1_000),
-    "org.apache.kafka.connect.data.Timestamp": _from_epoch(1_000),
-    "io.debezium.time.MicroTimestamp": _from_epoch(1_000_000),
-    "io.debezium.time.NanoTimestamp": _from_epoch(1_000_000_000),
-    "io.debezium.time.Time": _time_micros(1_000),
-    "org.apache.kafka.connect.data.Time": _time_micros(1_000),
-    "io.debezium.time.MicroTime": _time_micros(1_000_000),
-    "io.debezium.time.NanoTime": _time_micros(1_000_000_000),
-    "io.debezium.data.VariableScaleDecimal": _variable_scale_decimal,
-}
-
-
-def _field_converter(field_schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
-    """How to turn one Debezium field value into lakesync's JSON form; None when it already is."""
-    name = field_schema.get("name")
-    if name == "org.apache.kafka.connect.data.Decimal":
-        return _decimal_bytes(int((field_schema.get("parameters") or {}).get("scale", 0)))
-    if name in _BY_NAME:
-        return _BY_NAME[name]
-    # ZonedTimestamp/ZonedTime are ISO strings already; Json, Enum, EnumSet are strings; bytes are base64.
-    return None
-
-
-def _envelope_converters(schema: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Any]]]:
-    out: dict[str, dict[str, Callable[[Any], Any]]] = {}
-    for part in schema.get("fields") or ():
-        if part.get("field") in ("before", "after") and part.get("type") == "struct":
-            converters = {}
-            for column in part.get("fields") or ():
-                converter = _field_converter(column)
-                if converter is not None:
-                    converters[column["field"]] = converter
-            out[part["field"]] = converters
-    return out
-
-
-def _convert_row(row: dict[str, Any] | None, converters: dict[str, Callable[[Any], Any]] | None
-                 ) -> dict[str, Any] | None:
-    if row is None or not converters:
-        return row
-    return {name: (converters[name](value) if value is not None and name in converters else value)
-            for name, value in row.items()}

@@ -58,6 +58,7 @@ from lakesync.source.table_reader import (
     plan_ranges,
     rows_per_read,
 )
+from lakesync.stream.progress import stopped_since_load
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class FullLoad:
     chunk_runner: ChunkRunner | None = None
     connection: MySQLConnection | None = None
     state: LoadState = field(init=False)
+    #: tables this run loads again because the stream stopped them after their last load (name -> reason)
+    stopped_reloaded: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mode = self.mode or self.pipeline.snapshot.mode
@@ -119,6 +122,11 @@ class FullLoad:
             control.close()
         if self.restart:
             self.state.forget(tables)
+        done = {name: self.state.tables[name].position_key for name in tables if self.state.is_done(name)}
+        self.stopped_reloaded = stopped_since_load(self.pipeline.pipeline_state_dir, done, tables)
+        if self.stopped_reloaded:  # a table the stream stopped is not done: its Delta table lags the source
+            log.warning("loading again the tables the stream stopped: %s", ", ".join(self.stopped_reloaded))
+            self.state.forget(list(self.stopped_reloaded))
         if self.state.started_at is None or self.state.finished_at is not None:
             self.state.started_at, self.state.finished_at = utc_now(), None
         self.state.mode = self.mode

@@ -147,6 +147,7 @@ class KafkaSourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     poll_timeout_s: float
+    min_partitions: int | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -181,6 +182,7 @@ class KafkaSourceOptions:
             max_offsets_per_trigger=_positive_int("maxOffsetsPerTrigger", lowered.get("maxoffsetspertrigger")),
             fail_on_data_loss=_boolean("failOnDataLoss", lowered.get("failondataloss"), default=True),
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
+            min_partitions=_positive_int("minPartitions", lowered.get("minpartitions")),
         )
 
     def safe_client_config(self) -> dict[str, str]:

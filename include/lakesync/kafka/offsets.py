@@ -193,15 +193,22 @@ def _header(msg: Message, name: str) -> str | None:
     return None
 
 
-def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *,
-                    timeout: float) -> dict[TP, tuple[int, str]]:
-    """The first message at or after each start, as (its offset, its position key); absent past the end."""
+#: A record's position key, or None when the record has none (a tombstone).
+PositionOf = Callable[[Message], str | None]
+
+
+def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *, timeout: float,
+                    position_of: PositionOf | None = None) -> dict[TP, tuple[int, str]]:
+    """The first positioned message at or after each start, as (its offset, its position key); absent past
+    the end. Records without a position (tombstones) are stepped over."""
     found: dict[TP, tuple[int, str]] = {}
 
     def take(msg: Message) -> bool:
         if msg.error():
             return True
-        key = _header(msg, header)
+        key = position_of(msg) if position_of is not None else _header(msg, header)
+        if key is None and position_of is not None:
+            return False
         if key is None:
             raise ConfigError(f"message {msg.topic()}/{msg.partition()}@{msg.offset()} has no {header!r} header",
                               hint="seeking by source position needs topics written by the lakesync relay")
@@ -214,8 +221,12 @@ def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *
 
 
 def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], position_key: str,
-                              header: str = POSITION_HEADER, *, timeout: float = 10.0) -> dict[TP, int]:
+                              header: str = POSITION_HEADER, *, timeout: float = 10.0,
+                              position_of: PositionOf | None = None) -> dict[TP, int]:
     """For each partition, the first offset whose message carries a position key ``>= position_key``.
+
+    The key is the ``header`` of each message, or what ``position_of`` says (topics Debezium wrote carry
+    their position in the value: :func:`lakesync.events.envelope.record_position_key`).
 
     Positions never decrease along a partition, so a binary search over offsets finds it by reading
     O(log n) single messages; all partitions are searched together, one fetch round per step. Returns the
@@ -226,7 +237,7 @@ def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], posi
     lo = earliest_offsets(consumer, tps, timeout=timeout)
     hi = true_end_offsets(consumer, tps, timeout=timeout)
     while searching := {tp: (lo[tp] + hi[tp]) // 2 for tp in tps if lo[tp] < hi[tp]}:
-        probes = _first_messages(consumer, searching, header, timeout=timeout)
+        probes = _first_messages(consumer, searching, header, timeout=timeout, position_of=position_of)
         for tp, mid in searching.items():
             probe = probes.get(tp)
             if probe is None or probe[0] >= hi[tp] or probe[1] >= position_key:
@@ -241,6 +252,15 @@ def first_offset_at_or_after(consumer: Consumer, topic: str, partition: int, pos
     """One partition's :func:`first_offsets_at_or_after`."""
     tp = (topic, partition)
     return first_offsets_at_or_after(consumer, [tp], position_key, header, timeout=timeout)[tp]
+
+
+def first_position_keys(consumer: Consumer, partitions: Iterable[TP], position_of: PositionOf, *,
+                        timeout: float = 10.0) -> dict[TP, str]:
+    """The position key of the first positioned message still in each partition (absent when it has none)."""
+    tps = list(partitions)
+    found = _first_messages(consumer, earliest_offsets(consumer, tps, timeout=timeout), POSITION_HEADER,
+                            timeout=timeout, position_of=position_of)
+    return {tp: key for tp, (_, key) in found.items()}
 
 
 def rate_limited_ends(starts: Mapping[TP, int], ends: Mapping[TP, int], max_rows: int) -> dict[TP, int]:

@@ -8,8 +8,9 @@ ranges with ``assign`` (never a consumer group), so a replayed batch reads the s
 
 Offsets travel in Spark's JSON form, ``{"topic": {"0": 23}}``: the next offset to read per partition.
 ``trigger(availableNow=True)`` is supported (the reader implements ``SupportsTriggerAvailableNow``), and
-``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` API. Executors hand Spark Arrow
-record batches, not rows.
+``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` API, and ``minPartitions`` cuts
+busy topic-partitions into consecutive offset ranges so that one partition can keep several cores busy.
+Executors hand Spark Arrow record batches, not rows.
 """
 
 from __future__ import annotations
@@ -141,6 +142,22 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def split_ranges(ranges: list[KafkaInputPartition], min_partitions: int | None) -> list[KafkaInputPartition]:
+    """At least ``min_partitions`` tasks (as Spark's ``minPartitions``): each range is cut into consecutive
+    pieces in proportion to its share of the messages, so one busy topic-partition can use every core."""
+    total = sum(part.end - part.start for part in ranges)
+    if not min_partitions or len(ranges) >= min_partitions or total == 0:
+        return ranges
+    out = []
+    for part in ranges:
+        size = part.end - part.start
+        pieces = max(1, min(size, round(size * min_partitions / total)))
+        step = -(-size // pieces)
+        out.extend(KafkaInputPartition(part.topic, part.partition, start, min(start + step, part.end))
+                   for start in range(part.start, part.end, step))
+    return out
+
+
 def _check_log_end(where: str, log_end: int, planned_end: int) -> None:
     if log_end < planned_end:
         raise GapError(f"the log of {where} ends at offset {log_end}, before the planned end {planned_end}: "
@@ -265,8 +282,9 @@ class _Planner:
             log.warning("data loss in %s/%s: reading %s..%s instead of %s..%s", tp[0], tp[1], earliest[tp],
                         end[tp], starts[tp], end[tp])
             starts[tp] = earliest[tp]
-        return [KafkaInputPartition(topic, partition, starts[(topic, partition)], end[(topic, partition)])
-                for topic, partition in tps if end[(topic, partition)] > starts[(topic, partition)]]
+        ranges = [KafkaInputPartition(topic, partition, starts[(topic, partition)], end[(topic, partition)])
+                  for topic, partition in tps if end[(topic, partition)] > starts[(topic, partition)]]
+        return split_ranges(ranges, self.options.min_partitions)
 
     def check_loss(self, starts: Mapping[TP, int], ends: Mapping[TP, int],
                    earliest: Mapping[TP, int] | None = None) -> list[TP]:

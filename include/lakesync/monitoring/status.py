@@ -10,7 +10,9 @@ Shape::
 
     {"pipeline": "demo", "database": "bank", "delta_root": "...", "generated_at": "...Z",
      "full_load": {"position": "...", "mode": "consistent", "started_at": "...", "finished_at": "..."},
-     "relay": {"position": "...", "covered_from": "...", "updated_ms": 0} | {"error": "..."} (absent with relay=False),
+     "relay": {"position": "...", "covered_from": "...", "updated_ms": 0,
+               "backpressure": {"throttling": false, "lag_records": 0, "max_lag": 0, "since_ms": null, ...} | null}
+              | {"error": "...", "backpressure": ...} (absent with relay=False),
      "tables": [{"table": "customers", "semantics": "exactly_once", "key_columns": ["id"],
                  "full_load": {...} | null, "stream": {...} | null, "delta": {...} | null,
                  "last_validation": {...} | null, "lagging": false}]}
@@ -32,6 +34,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
+from lakesync.relay.backpressure import load_state as load_backpressure
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.validation.store import last_results
 
@@ -127,4 +130,5 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
     }
     if relay:
         status["relay"] = relay_status(pipeline, timeout_s=relay_timeout_s)
+        status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
     return status

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pymysql
@@ -27,7 +27,6 @@ from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.errors import (
     BrokerError,
     LakesyncError,
-    SchemaChangeError,
     ServerIdInUseError,
     SourceError,
 )
@@ -39,6 +38,8 @@ from lakesync.events.envelope import (
     encode,
     encode_schema_change,
 )
+from lakesync.monitoring.metrics import PipelineMetrics
+from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
 from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd
@@ -118,6 +119,8 @@ class Relay:
         self._kafka = kafka_client_config(pipeline)
         self.store = ProgressStore.for_pipeline(pipeline)
         self._stop_requested = False
+        self.metrics = PipelineMetrics(pipeline)  # backpressure code sets metrics.set_throttled(...)
+        self.backpressure = Backpressure.for_pipeline(pipeline)
         self._position: SourcePosition | None = None
         self._last_ts_ms = 0
         self._caught_up = False
@@ -197,13 +200,11 @@ class Relay:
             if not (ours or renamed_in):
                 continue
             if change.kind == UNKNOWN:
-                raise SchemaChangeError(
-                    f"cannot understand a DDL statement on the selected table {change.db}.{change.table} at "
-                    f"{item.position}: {change.reason}\n    {item.sql.strip()[:500]}",
-                    hint="apply the change to the Delta table by hand (or re-run the full load for this table), "
-                    f"then restart the relay with --from-position after this statement "
-                    f"({item.position.file}:{item.position.offset})",
-                )
+                # Never the end of the relay: the stream stops this one table and says how to re-load it.
+                log.warning("cannot understand a DDL statement on the selected table %s.%s at %s (%s); the "
+                            "stream will stop that table: %s", change.db, change.table, item.position,
+                            change.reason, item.sql.strip()[:500])
+                change = replace(change, changes=({"change": "unknown", "reason": change.reason},))
             out.append(self._schema_event(change, item, table=change.table))
         return out
 
@@ -225,6 +226,7 @@ class Relay:
         conn = self._connect()
         publisher = Publisher(self._kafka)
         try:
+            self.metrics.serve(self.pipeline.monitoring.metrics_address)
             check_binlog_settings(conn)
             self._check_server_id(conn)
             self.store.ensure_topic(publisher)
@@ -241,18 +243,26 @@ class Relay:
             self.store.save(RelayProgress(start, covered_from, int(time.time() * 1000)), publisher)
             self._stream(conn, publisher, stats, covered_from, stop_when_idle_seconds, max_events)
             return stats
+        except LakesyncError as exc:
+            self.metrics.error("relay", exc)
+            raise
         finally:
+            self.metrics.close()
             publisher.close()
             conn.close()
 
     def _stream(self, conn: Any, publisher: Publisher, stats: RelayStats, covered_from: SourcePosition,
                 stop_when_idle: float | None, max_events: int | None) -> None:
         pipeline = self.pipeline
-        source = BinlogSource(
-            self._mysql.pymysql_kwargs(), server_id=pipeline.source.server_id, database=self.database,
-            start=stats.start, selects=self._selected, key_overrides=self._key_overrides,
-            name=pipeline.kafka.topic_prefix, blocking=self.blocking, heartbeat_seconds=self.heartbeat_seconds,
-        )
+
+        def open_source(start: SourcePosition) -> BinlogSource:
+            return BinlogSource(
+                self._mysql.pymysql_kwargs(), server_id=pipeline.source.server_id, database=self.database,
+                start=start, selects=self._selected, key_overrides=self._key_overrides,
+                name=pipeline.kafka.topic_prefix, blocking=self.blocking, heartbeat_seconds=self.heartbeat_seconds,
+            )
+
+        source = open_source(stats.start)
         topics: dict[str, str] = {}
         partitions = pipeline.kafka.partitions
         send = publisher.send
@@ -270,49 +280,69 @@ class Relay:
             self._position = committed
             stats.position = committed
             last_save = time.monotonic()
+            self.metrics.relay_progress(committed, stats.tables)
 
         try:
-            for item in source:
-                if type(item) is ChangeEvent:
-                    topic = topics.get(item.table)
-                    if topic is None:
-                        topic = topics[item.table] = pipeline.topic(item.table)
-                        publisher.ensure_topic(topic, partitions=partitions)
-                    item.emitted_ms = int(time.time() * 1000)
-                    key, value, headers = encode(item)
-                    send(topic, key, value, headers)
-                    stats.events += 1
-                    stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
-                    if max_events is not None and stats.events >= max_events:
+            while True:
+                throttled = False
+                for item in source:
+                    if type(item) is ChangeEvent:
+                        topic = topics.get(item.table)
+                        if topic is None:
+                            topic = topics[item.table] = pipeline.topic(item.table)
+                            publisher.ensure_topic(topic, partitions=partitions)
+                        item.emitted_ms = int(time.time() * 1000)
+                        key, value, headers = encode(item)
+                        send(topic, key, value, headers)
+                        stats.events += 1
+                        stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
+                        if max_events is not None and stats.events >= max_events:
+                            break
+                        continue
+                    now = time.monotonic()
+                    if stats.events != events_seen:
+                        last_activity, events_seen = now, stats.events
+                    if type(item) is TransactionEnd:
+                        committed = item.position
+                        stats.transactions += 1
+                        self._last_ts_ms = item.ts_ms
+                        self._caught_up = False
+                    elif type(item) is DdlStatement:
+                        last_activity = now
+                        for change in self._schema_events(item):
+                            topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+                            publisher.ensure_topic(topic, partitions=1)
+                            send(topic, *encode_schema_change(change))
+                            stats.schema_changes += 1
+                    elif type(item) is Heartbeat:
+                        self._caught_up = True
+                    if now - last_save >= self.progress_interval or type(item) is Heartbeat:
+                        checkpoint()
+                    if now - last_log >= self.log_every:
+                        self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
+                        last_log, logged_events = now, stats.events
+                    if self._stop_requested:
                         break
-                    continue
-                now = time.monotonic()
-                if stats.events != events_seen:
-                    last_activity, events_seen = now, stats.events
-                if type(item) is TransactionEnd:
-                    committed = item.position
-                    stats.transactions += 1
-                    self._last_ts_ms = item.ts_ms
-                    self._caught_up = False
-                elif type(item) is DdlStatement:
-                    last_activity = now
-                    for change in self._schema_events(item):
-                        topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-                        publisher.ensure_topic(topic, partitions=1)
-                        send(topic, *encode_schema_change(change))
-                        stats.schema_changes += 1
-                elif type(item) is Heartbeat:
-                    self._caught_up = True
-                if now - last_save >= self.progress_interval or type(item) is Heartbeat:
-                    checkpoint()
-                if now - last_log >= self.log_every:
-                    self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
-                    last_log, logged_events = now, stats.events
+                    if stop_when_idle is not None and now - last_activity >= stop_when_idle:
+                        log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
+                        break
+                    if type(item) is TransactionEnd and self.backpressure.must_pause(publisher.flush):
+                        throttled = True  # at a transaction end: nothing past `committed` was sent
+                        break
+                if not throttled:
+                    break
+                checkpoint()
+                source.close()
+                self.metrics.set_throttled(True)
+                try:
+                    self.backpressure.wait(lambda: self._stop_requested)
+                finally:
+                    self.metrics.set_throttled(False)
                 if self._stop_requested:
                     break
-                if stop_when_idle is not None and now - last_activity >= stop_when_idle:
-                    log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
-                    break
+                check_position_available(conn, committed)  # never silently skip a purged binlog
+                source = open_source(committed)
+                last_activity = time.monotonic()
             checkpoint()
         except BrokerError:
             raise  # never store progress past unacknowledged data
@@ -330,5 +360,6 @@ class Relay:
             lag = self.lag(conn)
         except pymysql.err.MySQLError:
             lag = Lag(0.0, -1)
+        self.metrics.relay_lag(lag.seconds, lag.bytes)
         log.info("relay at %s: %d events (%.0f/s), lag %.1f s / %d bytes",
                  stats.position, stats.events, events / seconds if seconds else 0.0, lag.seconds, lag.bytes)

@@ -24,12 +24,9 @@ times faster than the library's decoder); other tables go through the library.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import pymysql
@@ -86,9 +83,9 @@ class Heartbeat:
 SourceItem = ChangeEvent | TransactionEnd | DdlStatement | Heartbeat
 
 # -- values -> lakesync's JSON form ------------------------------------------------------------------------
-# The rules (docs/events.md): DECIMAL -> string; DATETIME -> ISO string without zone; TIMESTAMP -> ISO string
-# in UTC with "+00:00"; DATE -> "YYYY-MM-DD"; TIME -> microseconds (signed int); binary -> base64; SET ->
-# comma-separated members in definition order; JSON -> its text; BIT -> int. Everything else is already JSON.
+# Every value goes through the type map (lakesync.core.types, docs/types.md), the same conversion the full
+# load uses; only columns whose JSON form is the decoder's value itself (integers) skip the call. There is
+# no second list of "types that need no conversion" here: such a list once let YEAR 0000 through as 1900.
 
 _DATA_TYPES = {
     FIELD_TYPE.TINY: "tinyint", FIELD_TYPE.SHORT: "smallint", FIELD_TYPE.INT24: "mediumint",
@@ -99,8 +96,15 @@ _DATA_TYPES = {
     FIELD_TYPE.TIME: "time", FIELD_TYPE.TIME2: "time", FIELD_TYPE.YEAR: "year", FIELD_TYPE.BIT: "bit",
     FIELD_TYPE.JSON: "json", FIELD_TYPE.ENUM: "enum", FIELD_TYPE.SET: "set", FIELD_TYPE.GEOMETRY: "geometry",
 }
-_PASSTHROUGH = frozenset({"tinyint", "smallint", "mediumint", "int", "float", "double", "year", "enum",
-                          "varchar", "char", "text"})
+#: MariaDB writes UUID, INET4 and INET6 to the binlog as BINARY(16)/BINARY(4): the table map can't tell them
+#: apart, so for binary columns of these widths the data type is read from the server's catalog.
+_AMBIGUOUS_BINARY_WIDTHS = frozenset({4, 16})
+_CATALOG_TYPES = ("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+                  "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s")
+
+
+def _is_binary_string(column: Any) -> bool:
+    return column.type == FIELD_TYPE.STRING and column.character_set_name in (None, "binary")
 
 
 def _data_type(column: Any) -> str:
@@ -116,14 +120,19 @@ def _data_type(column: Any) -> str:
     return "unknown"
 
 
-def column_spec(column: Any) -> lakesync_types.ColumnSpec:
-    """The :class:`~lakesync.core.types.ColumnSpec` of a table-map column (what the binlog says it is)."""
-    data_type = _data_type(column)
+def column_spec(column: Any, data_type: str | None = None) -> lakesync_types.ColumnSpec:
+    """The :class:`~lakesync.core.types.ColumnSpec` of a table-map column (what the binlog says it is).
+
+    ``data_type`` overrides what the table map says, for the types it cannot name (UUID, INET4, INET6)."""
+    data_type = data_type or _data_type(column)
     column_type = data_type
     if data_type == "decimal":
         column_type = f"decimal({column.precision},{column.decimals})"
     elif data_type in ("datetime", "timestamp", "time") and getattr(column, "fsp", 0):
         column_type = f"{data_type}({column.fsp})"
+    elif data_type == "binary" and getattr(column, "max_length", 0):
+        # the binlog strips BINARY(n)'s trailing NULs; the width is what puts them back
+        column_type = f"binary({column.max_length})"
     elif data_type in ("enum", "set"):
         members = column.enum_values if data_type == "enum" else column.set_values
         column_type = f"{data_type}(" + ",".join("'" + str(v).replace("'", "''") + "'" for v in members or ()) + ")"
@@ -136,69 +145,22 @@ def column_spec(column: Any) -> lakesync_types.ColumnSpec:
     )
 
 
-def _types_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
-    """:func:`lakesync.core.types.json_converter` for binlog values, or None while the type map is a stub."""
-    factory = getattr(lakesync_types, "json_converter", None)
-    if factory is None:
-        return None
-    try:
-        return factory(spec, binlog=True)
-    except NotImplementedError:
-        return None
-
-
-def _time_micros(value: dt.timedelta) -> int:
-    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-
-
-def _timestamp_utc(value: dt.datetime) -> str:
-    # python-mysql-replication builds TIMESTAMP values with datetime.fromtimestamp (local time, naive).
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _minimal_converter(spec: lakesync_types.ColumnSpec) -> Callable[[Any], Any] | None:
-    """The built-in JSON form, used while :func:`lakesync.core.types.json_value` is not available."""
-    kind = spec.data_type
-    if kind == "decimal":
-        return str
-    if kind == "datetime":
-        return lambda v: v.isoformat(timespec="microseconds") if isinstance(v, dt.datetime) else v
-    if kind == "timestamp":
-        return lambda v: _timestamp_utc(v) if isinstance(v, dt.datetime) else v
-    if kind == "date":
-        return lambda v: v.isoformat() if isinstance(v, dt.date) else v
-    if kind == "time":
-        return lambda v: _time_micros(v) if isinstance(v, dt.timedelta) else v
-    if kind == "set":
-        order = {member: i for i, member in enumerate(spec.enum_values)}
-        return lambda v: ",".join(sorted(v, key=lambda m: order.get(m, len(order)))) if isinstance(v, set) else v
-    if kind == "json":
-        return lambda v: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str)
-    if kind == "bit":
-        return lambda v: int(v, 2) if isinstance(v, str) else v
-    if kind == "bigint":
-        return None
-    return lambda v: base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else (
-        str(v) if isinstance(v, Decimal) else v)
-
-
 class _RowConverter:
     """Per-table-map value conversion, built once per table-map and applied in place to each row."""
 
     __slots__ = ("converters", "full_bitmap", "key_columns", "plan", "set_columns")
 
-    def __init__(self, columns: list[Any], key_columns: tuple[str, ...]) -> None:
+    def __init__(self, columns: list[Any], key_columns: tuple[str, ...],
+                 data_types: Mapping[str, str] | None = None) -> None:
         self.plan = row_plan(columns)
         self.full_bitmap = full_bitmap(len(columns))
         self.converters: list[tuple[str, Callable[[Any], Any]]] = []
         self.set_columns: tuple[str, ...] = ()
         for column in columns:
-            spec = column_spec(column)
+            spec = column_spec(column, (data_types or {}).get(column.name))
             if spec.data_type == "set":
                 self.set_columns += (column.name,)
-            if spec.data_type in _PASSTHROUGH:
-                continue
-            convert = _types_converter(spec) or _minimal_converter(spec)
+            convert = lakesync_types.binlog_value_converter(spec)
             if convert is not None:
                 self.converters.append((column.name, convert))
         self.key_columns = key_columns
@@ -288,9 +250,23 @@ class BinlogSource:
         if cached is not None and cached[0] is table_obj:
             return cached[1]
         key = _primary_key(event.primary_key) or tuple(self._key_overrides.get(event.table, ()))
-        converter = _RowConverter(event.columns, key)
+        converter = _RowConverter(event.columns, key, self._catalog_types(event.schema, event.table, event.columns))
         self._converters[event.table_id] = (table_obj, converter)
         return converter
+
+    def _catalog_types(self, schema: str, table: str, columns: list[Any]) -> dict[str, str]:
+        """The catalog's data types of a table's binary columns of width 4 or 16 (see
+        :data:`_AMBIGUOUS_BINARY_WIDTHS`), read once per table map; empty when there are none.
+
+        This is the one place the relay reads today's catalog rather than the binlog: a column changed
+        between UUID and BINARY(16) while the relay is behind would be rendered in its newer form."""
+        wanted = {c.name for c in columns if _is_binary_string(c) and c.max_length in _AMBIGUOUS_BINARY_WIDTHS}
+        if not wanted:
+            return {}
+        settings = {key: value for key, value in self._connection.items() if key != "database"}
+        with pymysql.connect(**settings) as conn, conn.cursor() as cur:
+            cur.execute(_CATALOG_TYPES, (schema, table))
+            return {name: data_type.lower() for name, data_type in cur.fetchall() if name in wanted}
 
     @staticmethod
     def _require_full_image(event: Any, full: bytes, file: str, log_pos: int) -> None:

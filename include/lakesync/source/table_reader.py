@@ -238,8 +238,13 @@ def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
     if kind == "float" and pa.types.is_floating(arrow_type):
         # The server prints FLOAT with 6 significant digits; as DOUBLE it prints the stored value exactly.
         return same(f"CAST({name} AS DOUBLE)", pa.float64(), "cast")
+    if kind in NUMBER_TYPES and pa.types.is_string(arrow_type):
+        # DECIMAL wider than Delta's 38 digits is stored as its exact text: the fast form parses strings
+        # without nulls, so a NULL must be marked like a text column's, or it is stored as the text 'NULL'.
+        fast = f"IFNULL(CONCAT('=', {name}), '')" if target.nullable else name
+        return _ColumnPlan(fast, nullable(name), arrow_type, target, "none", marked=target.nullable)
     if kind in NUMBER_TYPES and (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
-                                 or pa.types.is_decimal(arrow_type) or pa.types.is_string(arrow_type)):
+                                 or pa.types.is_decimal(arrow_type)):
         return same(name, arrow_type)
     if kind == "bit" and (pa.types.is_integer(arrow_type) or pa.types.is_decimal(arrow_type)):
         return same(f"CAST({name} AS UNSIGNED)", arrow_type)

@@ -1,8 +1,8 @@
 """The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
 
 Spark Structured Streaming reads the tables' topics with lakesync's Python Kafka source (offsets in Spark's
-checkpoint). Each micro-batch is decoded on the driver, reduced to the newest change per key, and merged
-into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
+checkpoint). Each micro-batch is decoded and reduced to the newest change per key on the executors
+(:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
 in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
 skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
 applies a change only when it is newer than what the row holds.
@@ -15,23 +15,29 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.core.state_files import write_text_atomically
-from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
-from lakesync.full_load.state import LoadState
-from lakesync.stream.decode import TableChanges, decode_batch, user_schema
-from lakesync.stream.handoff import check_coverage, starting_offsets
-from lakesync.stream.progress import StreamProgress
-from lakesync.stream.schema_changes import plan_schema_change
+from lakesync.core.table_layout import POS
+from lakesync.events.envelope import H_POS, SCHEMA_TOPIC_TABLE, SchemaChangeEvent
+from lakesync.full_load.state import LoadState, TableLoad, utc_now
+from lakesync.monitoring.stream_monitor import StreamMonitor
+from lakesync.stream.columnar_decode import DecodePlan, newest
+from lakesync.stream.decode import user_schema
+from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
+from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.stream.reduce import ReducedTable, ReducePlan, run_on_executors
+from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
@@ -116,87 +122,229 @@ def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema
     return pa.schema(DeltaTable(uri, storage_options=storage_options or None).schema().to_arrow())
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """A DDL a table can't follow in place: its position key, why, and whether a re-load brings it back."""
+
+    key: str
+    reason: str
+    reload: bool
+
+
+def _sink(pipeline: Pipeline, table: StreamedTable):
+    from lakesync.sink import DeltaSink
+
+    return DeltaSink(table.uri, key_columns=table.key_columns, semantics=table.semantics,  # type: ignore[arg-type]
+                     storage_options=pipeline.delta.storage_options or None)
+
+
 class BatchApplier:
-    """The ``foreachBatch`` function: decode, then one versioned MERGE per table."""
+    """The ``foreachBatch`` function: decode and reduce on the executors, then one versioned MERGE per table."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
-        from lakesync.sink import DeltaSink
-
         self.pipeline = pipeline
         self.app_id = app_id
         self.by_topic = {t.topic: t for t in tables}
         self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-        self.sinks = {
-            t.name: DeltaSink(t.uri, key_columns=t.key_columns, semantics=t.semantics,  # type: ignore[arg-type]
-                              storage_options=pipeline.delta.storage_options or None)
-            for t in tables
-        }
+        self.sinks = {t.name: _sink(pipeline, t) for t in tables}
         self.schemas = {t.name: _delta_schema(t.uri, pipeline.delta.storage_options) for t in tables}
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
+        self.monitor = StreamMonitor(pipeline)
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
-                             schema_topic=self.schema_topic)
-        stop_at = self._apply_schema_changes(batch.schema_changes)
-        for table_name, table_changes in batch.tables.items():
-            if self._stopped(table_name):
-                continue
-            if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
-                table_changes.events = [e for e in table_changes.events if e.position.key() < stop_at[table_name][0]]
-            if table_changes.events:
-                self._apply(table_name, table_changes, batch_id)
-        for table_name, (_, reason) in stop_at.items():
-            self._stop(table_name, reason, batch_id)
+        started = time.monotonic()
+        self._resume_reloaded()
+        batch = run_on_executors(batch_df, self._plan({}))
+        decoded = time.monotonic()
+        schemas = dict(self.schemas)
+        stop_at, fills = self._apply_schema_changes(batch.schema_changes)
+        stop_before = {table: stop.key for table, stop in stop_at.items()}
+        if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
+            batch = run_on_executors(batch_df, self._plan(stop_before))
+        batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
+        self._record_skipped(batch_df, stop_before)
+        for table_name, reduced in batch.tables.items():
+            if not self._stopped(table_name):
+                self._apply(table_name, reduced, batch_id)
+        for table_name, table_fills in fills.items():
+            if not self._stopped(table_name) and table_name not in stop_at:
+                for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
+                    try:
+                        self.sinks[table_name].fill_columns(values, before_position=ddl_key)
+                    except SchemaChangeError as exc:
+                        stop_at[table_name] = _Stop(ddl_key, f"{exc.message}; {self._note(table_name)}",
+                                                    reload=True)
+                        break
+        for table_name, stop in stop_at.items():
+            if stop.reload and self.pipeline.stream.reload_on_schema_change:
+                self._reload(table_name, stop, batch_id)
+            else:
+                self._stop(table_name, stop.reason, batch_id, at=stop.key)
+        log.info("batch %d: %d changes read, decoded and reduced to %d rows on the executors in %.2f s; "
+                 "applied on the driver in %.2f s", batch_id, sum(t.changes for t in batch.tables.values()),
+                 sum(t.rows.num_rows for t in batch.tables.values()), decoded - started, time.monotonic() - decoded)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+        self.monitor.batch(batch_id, self.progress, time.monotonic() - started)
+
+    def _note(self, name: str) -> str:
+        return resnapshot_note(self.pipeline.name, name)
+
+    def _table(self, name: str) -> StreamedTable:
+        return next(t for t in self.by_topic.values() if t.name == name)
+
+    def _reload(self, table_name: str, stop: _Stop, batch_id: int) -> None:
+        """Load the table again now (its own full load, at a position after every change of this batch), then
+        stream it from there. The stream waits meanwhile; a load that fails stops just this table."""
+        from lakesync.full_load.load import FullLoad
+
+        log.warning("table %s: re-loading it, as the source changed in a way Delta can't follow in place: %s",
+                    table_name, stop.reason)
+        try:
+            FullLoad(self.pipeline, tables=[table_name], restart=True).run()
+        except Exception as exc:  # whatever failed, only this table may stop
+            detail = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+            self._stop(table_name, f"{stop.reason} (the automatic re-load failed: {detail[:500]})", batch_id,
+                       at=stop.key)
+            return
+        entry = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir).tables[table_name]
+        self._adopt_load(table_name, entry)
+        progress = self.progress.tables.setdefault(table_name, TableProgress())
+        progress.last_reload = (f"{utc_now()}: {table_name} re-loaded at {entry.position_key} after "
+                                f"{stop.reason.split('; re-run')[0]}")
+        progress.skipped_through = None
+        log.warning("table %s re-loaded at %s; the stream goes on from there", table_name, entry.position_key)
+
+    def _adopt_load(self, name: str, entry: TableLoad) -> None:
+        """Stream ``name`` from a new load on: its position, schema and key."""
+        settings = self.pipeline.tables.settings_for(name)
+        keys = list(settings.key_columns or entry.key_columns)
+        table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
+                        key_columns=keys, semantics=settings.semantics or ("exactly_once" if keys else "append_log"))
+        self.by_topic[table.topic] = table
+        self.sinks[name] = _sink(self.pipeline, table)
+        self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
+
+    def _plan(self, stop_before: dict[str, str]) -> ReducePlan:
+        """What the executors decode and reduce: the tables not stopped, with their current schemas."""
+        live = {name for name in self.sinks if not self._stopped(name)}
+        decode = DecodePlan(
+            topic_tables={topic: t.name for topic, t in self.by_topic.items() if t.name in live},
+            schemas={name: user_schema(self.schemas[name]) for name in live},
+            schema_topic=self.schema_topic,
+            stop_before=stop_before,
+        )
+        keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
+                if t.name in live and t.semantics == "exactly_once" and t.key_columns}
+        return ReducePlan(decode, keys)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
         return bool(progress and progress.stopped_reason)
 
-    def _stop(self, table_name: str, reason: str, batch_id: int) -> None:
+    def _stop(self, table_name: str, reason: str, batch_id: int, *, at: str) -> None:
         log.error("table %s stopped: %s", table_name, reason)
         self.progress.record(table_name, batch_id=batch_id, rows=0, position=None, source_ts_ms=None)
         self.progress.tables[table_name].stopped_reason = reason
+        self.progress.tables[table_name].stopped_at = at
 
-    def _apply_schema_changes(self, events: list[SchemaChangeEvent]) -> dict[str, tuple[str, str]]:
-        """Add columns now; return, per table that must stop, (position key of the DDL, reason)."""
-        stop_at: dict[str, tuple[str, str]] = {}
+    def _record_skipped(self, batch_df, stop_before: dict[str, str]) -> None:
+        """Remember the newest change a stopped table did not get (a re-load older than it can't resume it):
+        the newest position header per topic, aggregated on the executors, only while some table is stopped."""
+        names = {name for name in self.sinks if self._stopped(name)} | set(stop_before)
+        if not names:
+            return
+        from pyspark.sql import functions as F
+
+        topics = {t.topic: t.name for t in self.by_topic.values() if t.name in names}
+        position = F.expr(f"element_at(filter(headers, h -> h.key = '{H_POS}'), -1).value").cast("string")
+        rows = (batch_df.where(F.col("topic").isin(list(topics))).groupBy("topic")
+                .agg(F.max(position).alias("newest")).collect())
+        for row in rows:
+            name, newest_key = topics[row["topic"]], row["newest"]
+            if newest_key and newest_key >= stop_before.get(name, ""):
+                progress = self.progress.tables.setdefault(name, TableProgress())
+                progress.skipped_through = max(newest_key, progress.skipped_through or newest_key)
+
+    def _resume_reloaded(self) -> None:
+        """Resume each stopped table that was loaded again after it stopped (the command its message gives):
+        from the new load's position on, with the new load's schema and key."""
+        stopped = [name for name in self.sinks if self._stopped(name)]
+        if not stopped:
+            return
+        state = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
+        for name in stopped:
+            entry, progress = state.tables.get(name), self.progress.tables[name]
+            if entry is None or entry.status != "done" or not progress.reloaded_by(entry.position_key):
+                continue
+            if progress.skipped_through and progress.skipped_through > (entry.position_key or ""):
+                progress.stopped_at = progress.skipped_through
+                progress.stopped_reason = (
+                    f"table {name} was re-loaded while the stream went on past the load's position, so changes "
+                    f"after it were skipped; stop the stream, then {self._note(name)}")
+                log.error("table %s stays stopped: %s", name, progress.stopped_reason)
+                continue
+            self._adopt_load(name, entry)
+            progress.stopped_reason = progress.stopped_at = progress.skipped_through = None
+            log.warning("table %s resumes: it was re-loaded at %s after it stopped", name, entry.position_key)
+
+    def _apply_schema_changes(self, events: list[SchemaChangeEvent]
+                              ) -> tuple[dict[str, _Stop], dict[str, list[tuple[str, dict[str, str]]]]]:
+        """Evolve the Delta schemas now. Returns the tables that must stop (or be re-loaded) at a DDL, and per
+        table, the column fills to write once the batch's changes are merged (DDL key, values)."""
+        stop_at: dict[str, _Stop] = {}
+        fills: dict[str, list[tuple[str, dict[str, str]]]] = {}
         handoff = {t.name: t.handoff_key for t in self.by_topic.values()}
+        # RENAME TABLE t TO t_old, t_new TO t (gh-ost, pt-online-schema-change): t is replaced, not gone
+        replaced = {(e.position.key(), e.new_table) for e in events if e.kind == "rename_table" and e.new_table}
         for event in sorted(events, key=lambda e: e.position):
             table = event.table
             key = event.position.key()
             if table not in self.sinks or self._stopped(table) or table in stop_at or key <= handoff[table]:
                 continue  # not streamed, already stopped, or already part of the full load's schema
-            action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name)
+            action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name,
+                                        replaced=(key, table) in replaced)
             if action.stop_reason:
-                stop_at[table] = (key, action.stop_reason)
-            elif action.add:
-                self.sinks[table].add_columns(action.add)
-                self.schemas[table] = _delta_schema(self.sinks[table].table_uri, self.pipeline.delta.storage_options)
-                log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
-        return stop_at
+                stop_at[table] = _Stop(key, action.stop_reason, action.reload)
+                continue
+            sink = self.sinks[table]
+            try:
+                if action.add:
+                    sink.add_columns(action.add)
+                    log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
+                if action.nullable:
+                    sink.make_nullable(action.nullable)
+                    log.info("table %s: columns %s may now hold NULL (%s)", table, action.nullable, event.ddl)
+            except SchemaChangeError as exc:  # this table only: a re-load (or its command) brings it back
+                stop_at[table] = _Stop(key, f"{exc.message}; {self._note(table)}", reload=True)
+                continue
+            if action.fill:
+                fills.setdefault(table, []).append((key, action.fill))
+                log.info("table %s: rows older than the DDL get the source's default in %s", table, sorted(action.fill))
+            if action.add or action.nullable:
+                self.schemas[table] = _delta_schema(sink.table_uri, self.pipeline.delta.storage_options)
+        return stop_at, fills
 
-    def _apply(self, table_name: str, table_changes: TableChanges, batch_id: int) -> None:
-        changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
-        if table_changes.new_columns:
-            log.warning("table %s: change events carry columns %s the Delta table lacks (no schema event yet); "
-                        "they are not stored", table_name, sorted(table_changes.new_columns))
+    def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
+        changes, count = reduced.rows, reduced.changes
+        if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
+            changes = changes.filter(pc.greater(changes.column(POS), self._table(table_name).handoff_key))
+            count = changes.num_rows
+        if not changes.num_rows:
+            return
         try:
             result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
-            self._stop(table_name, str(exc), batch_id)
+            self._stop(table_name, str(exc), batch_id, at=pc.min(changes.column(POS)).as_py())
             return
         if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
             log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
             return
-        newest = max(table_changes.events, key=lambda event: event.position)
-        self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
-                             position=newest.position.key(), source_ts_ms=newest.ts_ms)
-        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + changes.num_rows
-        self.summary.changes += changes.num_rows
-
+        position, source_ts_ms = newest(changes)
+        self.progress.record(table_name, batch_id=batch_id, rows=count, position=position, source_ts_ms=source_ts_ms)
+        self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + count
+        self.summary.changes += count
 
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
@@ -220,9 +368,10 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
         covered = covered_range(pipeline)
-        check_coverage(pipeline.name, {t.name: t.handoff_key for t in selected}, covered[0] if covered else None)
         consumer = offset_consumer(client)
         try:
+            check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
+                                   covered[0] if covered else None)
             topic_keys = {t.topic: t.handoff_key for t in selected}
             topic_keys[schema_topic] = min(t.handoff_key for t in selected)
             offsets = starting_offsets(consumer, topic_keys)
@@ -237,19 +386,24 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
 
     session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     kafka_source.register(session)
+    # a task per executor core at least: a table topic with one partition still decodes on every core
+    options["minPartitions"] = str(session.sparkContext.defaultParallelism)
     applier = BatchApplier(pipeline, selected, app_id)
     writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{pipeline.stream.trigger_seconds} seconds")
+    applier.monitor.open(serve=not once)
     query = writer.start()
     try:
         query.awaitTermination(timeout_seconds) if timeout_seconds else query.awaitTermination()
     except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
+        applier.monitor.failed(exc)
         raise stream_failure(pipeline.name, exc) from exc
     finally:
         if query.isActive:
             query.stop()
+        applier.monitor.close(applier.progress)
     if query.exception():
         raise stream_failure(pipeline.name, query.exception())
     return applier.summary

@@ -8,16 +8,23 @@ the ``lakesync.pos`` header, :func:`lakesync.kafka.offsets.first_offset_at_or_af
 Starting at that offset is only safe if the change log really reaches back to P. The relay records the
 range of positions it has covered; if it began after P, the changes between P and its start were never
 published and the stream refuses to start (:class:`GapError`), writing nothing.
+
+Topics that Debezium's MySQL connector wrote have no relay progress and no ``lakesync.pos`` header: each
+record's position comes from its ``source`` block (:func:`lakesync.events.debezium.position_from_source_block`),
+and the topics themselves must show that they reach back to P: a table's topic is covered when its
+earliest retained event sits at or before the table's handoff position (Debezium's initial snapshot events
+do). A topic that starts later, or is empty, cannot prove it and the stream refuses to start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Message
 
 from lakesync.core.errors import GapError
-from lakesync.kafka.offsets import first_offsets_at_or_after, list_partitions
+from lakesync.events.envelope import record_position_key
+from lakesync.kafka.offsets import first_offsets_at_or_after, first_position_keys, list_partitions
 
 GAP_HINT = "re-run the full load for these tables (`lakesync snapshot --pipeline {pipeline} --tables {tables}`)"
 
@@ -40,6 +47,40 @@ def check_coverage(pipeline_name: str, handoff_keys: Mapping[str, str], covered_
         )
 
 
+def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mapping[str, tuple[str, str]],
+                           covered_from_key: str | None) -> None:
+    """Refuse to start when the change log does not reach back to each table's handoff position.
+
+    ``tables`` maps each table to its topic and handoff key. With the relay's progress
+    (``covered_from_key``) that decides (:func:`check_coverage`); without it (Debezium's topics) each
+    table's topic must hold an event at or before the handoff key as its earliest event."""
+    if covered_from_key is not None:
+        check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, covered_from_key)
+        return
+    earliest: dict[str, str | None] = {}
+    for table, (topic, _) in tables.items():
+        keys = first_position_keys(consumer, list_partitions(consumer, topics=[topic]), _message_position)
+        earliest[table] = min(keys.values()) if keys else None
+    if not any(earliest.values()):
+        check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, None)
+    late = sorted(table for table, (_, key) in tables.items() if earliest[table] is None or earliest[table] > key)
+    if late:
+        raise GapError(
+            "gap between the full load and the change log for " + ", ".join(late) + ": there is no relay progress "
+            "(topics written by another connector, such as Debezium?) and these tables' topics do not start at or "
+            "before the positions the tables were loaded at ("
+            + ", ".join(f"{t}: topic starts at {earliest[t] or 'nothing'}, load at {tables[t][1]}" for t in late)
+            + "). Debezium topics are accepted when they hold the table's events from at or before the load "
+            "(for example Debezium's initial snapshot); see docs/events.md",
+            hint=GAP_HINT.format(pipeline=pipeline_name, tables=",".join(late)),
+        )
+
+
+def _message_position(msg: Message) -> str | None:
+    """A record's position key: the relay's header, or Debezium's source block."""
+    return record_position_key(msg.value(), msg.headers())
+
+
 def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str]) -> dict[str, dict[str, int]]:
     """For each topic, per partition, the first offset at or after the topic's handoff position key.
 
@@ -48,6 +89,7 @@ def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str]) -> dict[
     """
     offsets: dict[str, dict[str, int]] = {}
     for topic, key in topic_keys.items():
-        found = first_offsets_at_or_after(consumer, list_partitions(consumer, topics=[topic]), key)
+        found = first_offsets_at_or_after(consumer, list_partitions(consumer, topics=[topic]), key,
+                                          position_of=_message_position)
         offsets[topic] = {str(partition): offset for (_, partition), offset in found.items()}
     return offsets

@@ -7,8 +7,9 @@ applied, and a stale position here only delays what status and the caught-up tri
 
 The stop flags are state, not observation: ``stopped_reason`` is the only record that a table met a DDL
 it can't follow. While it is set the stream applies none of that table's changes and validation skips the
-table; lose the file and the stream resumes applying changes made after that DDL to the old table. Clear
-a table's flag only after re-loading it (docs/operations.md, "A schema change stopped a table").
+table; lose the file and the stream resumes applying changes made after that DDL to the old table. A
+full load of the table after its stop (the command of its message) is what resumes it: the stream clears
+the flag itself when it sees that load (docs/schema_changes.md).
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ class TableProgress:
     last_batch_at_ms: int | None = None
     rows_total: int = 0
     stopped_reason: str | None = None
+    #: position key of the change (usually a DDL) from which the table's changes were no longer applied
+    stopped_at: str | None = None
+    #: the newest position of a change skipped while stopped: a re-load must be at or after it to resume
+    skipped_through: str | None = None
+    #: the last automatic re-load after a schema change: when, at which position, and why
+    last_reload: str | None = None
+
+    def reloaded_by(self, load_position: str | None) -> bool:
+        """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""
+        since = self.stopped_at or self.applied_position
+        return bool(load_position and since and load_position > since)
 
     def lag_seconds(self, now_ms: int | None = None) -> float | None:
         """Seconds between the newest applied source commit and now (None before the first change)."""
@@ -70,3 +82,13 @@ class StreamProgress:
             progress.applied_position = position
         if source_ts_ms is not None:
             progress.applied_source_ts_ms = max(source_ts_ms, progress.applied_source_ts_ms or 0)
+
+
+def stopped_since_load(state_dir: Path, loaded: dict[str, str | None], tables: list[str]) -> dict[str, str]:
+    """Of ``tables`` (name -> the position key of its last full load), those the stream stopped after that
+    load, with the reason: their Delta table no longer follows the source, so a full load must not count
+    them as done."""
+    progress = StreamProgress.load(state_dir).tables
+    return {name: progress[name].stopped_reason or "" for name in tables
+            if name in progress and progress[name].stopped_reason and name in loaded
+            and not progress[name].reloaded_by(loaded[name])}

@@ -3,7 +3,7 @@
 One row per table per run, appended in one commit per run, so the history of checks lives next to the data
 it checked, readable by any Delta reader, and ``lakesync status`` and the Airflow view can show the last
 result of each table without re-running anything. ``sample`` holds the JSON of up to
-:data:`lakesync.validation.validate.SAMPLE_KEYS` differing keys per kind (key values only, never whole rows).
+:data:`lakesync.validation.report.SAMPLE_KEYS` differing keys per kind (key values only, never whole rows).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.errors import SinkError
 
 if TYPE_CHECKING:
-    from lakesync.validation.validate import ValidationReport
+    from lakesync.validation.report import ValidationReport
 
 RUNS_TABLE = "_lakesync/validation_runs"
 

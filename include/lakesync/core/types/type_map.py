@@ -1,17 +1,11 @@
-"""MySQL/MariaDB column types -> Arrow -> Delta, and the JSON form of values in change events.
+"""The type map: for each MySQL/MariaDB column type, the Arrow type it is stored as and the functions
+that turn a driver's value into lakesync's JSON form (docs/types.md has the map as one table).
 
-docs/types.md holds the map as one table; this module is its implementation. Three value forms meet here:
-
-* what the source drivers return: PyMySQL for the snapshot (text protocol) and python-mysql-replication for
-  binlog rows. They differ per type (BIT is ``bytes`` vs a ``'0101'`` string, SET is ``'a,b'`` vs a Python
-  set, zero dates are strings vs ``None``, BINARY loses its trailing NULs in the binlog...), so every
-  converter accepts both;
-* the JSON form carried in change events (ints as numbers, DECIMAL as exact strings, temporal values as
-  ISO strings, TIME as signed microseconds, binary data as base64);
-* the Python value Arrow accepts for the stored type.
-
-Converters are built once per column (or per Arrow type) and cached, so the per-row paths run one
-pre-chosen function per value instead of dispatching on the type each time.
+What the drivers return differs per type (BIT is ``bytes`` vs a ``'0101'`` string, SET is ``'a,b'`` vs a
+Python set, zero dates are strings vs ``None``, BINARY loses its trailing NULs in the binlog, YEAR 0000
+comes back from the binlog as 1900...), so every converter accepts both; the binlog-only repairs live in
+``to_json_binlog``. A :class:`ColumnPlan` is built once per column and cached, so the per-row paths run
+one pre-chosen function per value instead of dispatching on the type each time.
 """
 
 from __future__ import annotations
@@ -20,11 +14,9 @@ import base64
 import dataclasses
 import datetime as dt
 import json
-import re
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -32,67 +24,21 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from lakesync.core.errors import SourceError
+from lakesync.core.types.columns import ColumnSpec
 
 #: Delta's decimal limit: wider DECIMAL columns are stored as exact strings.
 MAX_DECIMAL_PRECISION = 38
-#: The statement a snapshot session must run so that TIMESTAMP values arrive in UTC, as in the binlog.
-SNAPSHOT_TIME_ZONE_SQL = "SET time_zone = '+00:00'"
-
 _EPOCH = dt.datetime(1970, 1, 1)
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 _ONE_SECOND_US = 1_000_000
 #: python-mysql-replication decodes the MySQL zero YEAR (0000) as 1900, which is never a valid YEAR.
 _BINLOG_ZERO_YEAR = 1900
-_TYPE_ARGS = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
-_QUOTED_VALUE = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    """One source column.
-
-    ``data_type`` is ``information_schema.COLUMNS.DATA_TYPE`` in lower case (``int``, ``decimal``,
-    ``varchar``, ``enum``...); ``column_type`` is the full ``COLUMN_TYPE`` (``int(10) unsigned``,
-    ``decimal(65,30)``, ``enum('a','b')``, ``datetime(6)``). ``enum_values`` holds the allowed values of an
-    ENUM or SET in definition order (parsed from ``column_type`` when left empty).
-    """
-
-    name: str
-    data_type: str
-    column_type: str
-    nullable: bool = True
-    charset: str | None = None
-    enum_values: tuple[str, ...] = field(default=())
-
-    @property
-    def unsigned(self) -> bool:
-        return " unsigned" in self.column_type.lower()
-
-    @property
-    def type_args(self) -> tuple[int, ...]:
-        """The numbers in the type's parentheses: ``decimal(65,30)`` -> ``(65, 30)``, ``bit(1)`` -> ``(1,)``."""
-        match = _TYPE_ARGS.search(self.column_type)
-        if not match:
-            return ()
-        return tuple(int(group) for group in match.groups() if group is not None)
-
-    @property
-    def allowed_values(self) -> tuple[str, ...]:
-        """The ENUM/SET members in definition order."""
-        if self.enum_values:
-            return self.enum_values
-        body = self.column_type[self.column_type.find("(") + 1 : self.column_type.rfind(")")]
-        return tuple(_unquote(raw) for raw in _QUOTED_VALUE.findall(body))
-
-
-def _unquote(raw: str) -> str:
-    return raw.replace("''", "'").replace("\\\\", "\\")
 
 
 # -- the map --------------------------------------------------------------------------------------------
 
 
-class _Plan(NamedTuple):
+class ColumnPlan(NamedTuple):
     """How one column is stored and converted; built once per column."""
 
     arrow_type: pa.DataType
@@ -106,7 +52,7 @@ class _Plan(NamedTuple):
     db_array: Callable[[Sequence[Any], pa.DataType], pa.Array]
 
 
-def _identity(value: Any) -> Any:
+def identity(value: Any) -> Any:
     return value
 
 
@@ -123,13 +69,13 @@ def _mapped_array(convert: Callable[[Any], Any]) -> Callable[[Sequence[Any], pa.
 
 def _plan(
     arrow_type: pa.DataType,
-    to_json: Callable[[Any], Any] = _identity,
+    to_json: Callable[[Any], Any] = identity,
     *,
     to_json_binlog: Callable[[Any], Any] | None = None,
     db_array: Callable[[Sequence[Any], pa.DataType], pa.Array] = _direct_array,
     always_nullable: bool = False,
-) -> _Plan:
-    return _Plan(arrow_type, always_nullable, to_json, to_json_binlog or to_json, db_array)
+) -> ColumnPlan:
+    return ColumnPlan(arrow_type, always_nullable, to_json, to_json_binlog or to_json, db_array)
 
 
 # Integers ----------------------------------------------------------------------------------------------
@@ -145,7 +91,7 @@ _INTEGERS: dict[str, tuple[pa.DataType, pa.DataType]] = {
 }
 
 
-def _integer_plan(column: ColumnSpec) -> _Plan:
+def _integer_plan(column: ColumnSpec) -> ColumnPlan:
     signed, unsigned = _INTEGERS[column.data_type]
     return _plan(unsigned if column.unsigned else signed)
 
@@ -158,7 +104,7 @@ def _decimal_json(value: Any) -> str:
     return format(value if isinstance(value, Decimal) else Decimal(value), "f")
 
 
-def _decimal_plan(column: ColumnSpec) -> _Plan:
+def _decimal_plan(column: ColumnSpec) -> ColumnPlan:
     args = column.type_args
     precision = args[0] if args else 10
     scale = args[1] if len(args) > 1 else 0
@@ -167,7 +113,7 @@ def _decimal_plan(column: ColumnSpec) -> _Plan:
     return _plan(pa.string(), _decimal_json, db_array=_mapped_array(_decimal_json))
 
 
-def _float_plan(column: ColumnSpec) -> _Plan:
+def _float_plan(column: ColumnSpec) -> ColumnPlan:
     return _plan(pa.float32() if column.data_type == "float" else pa.float64(), float)
 
 
@@ -183,7 +129,7 @@ def _bit_value(value: Any) -> int:
     return int.from_bytes(value, "big")
 
 
-def _bit_plan(column: ColumnSpec) -> _Plan:
+def _bit_plan(column: ColumnSpec) -> ColumnPlan:
     bits = column.type_args[0] if column.type_args else 1
     arrow_type = pa.int64() if bits < 64 else pa.decimal128(20, 0)
     return _plan(arrow_type, _bit_value, db_array=_mapped_array(_bit_value))
@@ -258,7 +204,7 @@ def _year_json(value: Any) -> int:
     return 0 if value == _BINLOG_ZERO_YEAR else int(value)
 
 
-def _temporal_plan(column: ColumnSpec) -> _Plan:
+def _temporal_plan(column: ColumnSpec) -> ColumnPlan:
     kind = column.data_type
     if kind == "date":
         return _plan(pa.date32(), _date_json, db_array=_temporal_array, always_nullable=True)
@@ -289,7 +235,7 @@ def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-def _binary_plan(column: ColumnSpec) -> _Plan:
+def _binary_plan(column: ColumnSpec) -> ColumnPlan:
     if column.data_type == "binary":
         # The binlog strips BINARY(n)'s trailing NUL padding; PyMySQL returns the full n bytes.
         width = column.type_args[0] if column.type_args else 1
@@ -306,7 +252,7 @@ def _geometry_wkb(value: Any) -> bytes:
     return bytes(value[4:])
 
 
-def _geometry_plan(_: ColumnSpec) -> _Plan:
+def _geometry_plan(_: ColumnSpec) -> ColumnPlan:
     return _plan(pa.binary(), lambda v: _b64(_geometry_wkb(v)), db_array=_mapped_array(_geometry_wkb))
 
 
@@ -333,7 +279,7 @@ def _plain_json(value: Any) -> Any:
     return value
 
 
-def _set_plan(column: ColumnSpec) -> _Plan:
+def _set_plan(column: ColumnSpec) -> ColumnPlan:
     order = {member: index for index, member in enumerate(column.allowed_values)}
 
     def set_json(value: Any) -> str:
@@ -368,18 +314,18 @@ def _inet4_text(value: Any) -> str:
     return socket.inet_ntop(socket.AF_INET, _fixed_bytes(value, 4))
 
 
-def _text_plan(convert: Callable[[Any], str]) -> Callable[[ColumnSpec], _Plan]:
-    def build(_: ColumnSpec) -> _Plan:
+def _text_plan(convert: Callable[[Any], str]) -> Callable[[ColumnSpec], ColumnPlan]:
+    def build(_: ColumnSpec) -> ColumnPlan:
         return _plan(pa.string(), convert, db_array=_mapped_array(convert))
 
     return build
 
 
-def _string_plan(_: ColumnSpec) -> _Plan:
+def _string_plan(_: ColumnSpec) -> ColumnPlan:
     return _plan(pa.string(), _text_json)
 
 
-_PLANNERS: dict[str, Callable[[ColumnSpec], _Plan]] = {
+_PLANNERS: dict[str, Callable[[ColumnSpec], ColumnPlan]] = {
     **dict.fromkeys(_INTEGERS, _integer_plan),
     "decimal": _decimal_plan,
     "numeric": _decimal_plan,
@@ -415,7 +361,7 @@ _PLANNERS: dict[str, Callable[[ColumnSpec], _Plan]] = {
 
 
 @lru_cache(maxsize=4096)
-def _column_plan(column: ColumnSpec) -> _Plan:
+def column_plan(column: ColumnSpec) -> ColumnPlan:
     planner = _PLANNERS.get(column.data_type.lower())
     if planner is None:
         raise SourceError(
@@ -427,206 +373,16 @@ def _column_plan(column: ColumnSpec) -> _Plan:
     return planner(column)
 
 
-# -- public API ------------------------------------------------------------------------------------------
+# -- the Arrow side ----------------------------------------------------------------------------------------
 
 
 def arrow_field(column: ColumnSpec) -> pa.Field:
     """The Arrow field lakesync stores the column as; the Delta type follows from it.
 
     Raises :class:`SourceError` naming the column for a type lakesync does not map."""
-    plan = _column_plan(column)
+    plan = column_plan(column)
     return pa.field(column.name, plan.arrow_type, nullable=column.nullable or plan.always_nullable)
 
 
 def arrow_schema(columns: Iterable[ColumnSpec]) -> pa.Schema:
     return pa.schema([arrow_field(column) for column in columns])
-
-
-def json_converter(column: ColumnSpec, *, binlog: bool = False) -> Callable[[Any], Any]:
-    """A function from a driver value of this column to its JSON form, built once (NULL stays None)."""
-    plan = _column_plan(column)
-    convert = plan.to_json_binlog if binlog else plan.to_json
-
-    def to_json(value: Any) -> Any:
-        return None if value is None else convert(value)
-
-    return to_json
-
-
-def json_value(column: ColumnSpec, value: Any, *, binlog: bool = False) -> Any:
-    """The JSON form of ``value`` in change events (docs/types.md has the form per type).
-
-    ``value`` is what PyMySQL returns for the column, or, with ``binlog=True``, what
-    python-mysql-replication returns from a rows event; the flag matters for TIME only, whose negative
-    fractional values the binlog decoder gets wrong. For whole binlog rows use :func:`json_row_from_binlog`,
-    which also tells an empty SET from NULL."""
-    if value is None:
-        return None
-    plan = _column_plan(column)
-    return plan.to_json_binlog(value) if binlog else plan.to_json(value)
-
-
-@lru_cache(maxsize=1024)
-def _row_converters(
-    columns: tuple[ColumnSpec, ...], binlog: bool
-) -> tuple[tuple[str, Callable[[Any], Any], bool], ...]:
-    """Per column of a row: its name, its JSON converter and whether it is a SET; built once per table."""
-    return tuple(
-        (
-            column.name,
-            _column_plan(column).to_json_binlog if binlog else _column_plan(column).to_json,
-            column.data_type.lower() == "set",
-        )
-        for column in columns
-    )
-
-
-def binlog_row_json_converter(
-    columns: Sequence[ColumnSpec],
-) -> Callable[[Mapping[str, Any], Mapping[str, str] | None], dict[str, Any]]:
-    """A function from a binlog row image (``row["values"]``, ``row["none_sources"]`` of
-    python-mysql-replication) to its JSON form, keyed by column name in column order. Build it once per
-    table and call it per row.
-
-    The decoder returns None for an empty SET and says so in ``none_sources``; that becomes ``''``."""
-    plan = _row_converters(tuple(columns), True)
-
-    def convert_row(values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
-        row: dict[str, Any] = {}
-        for name, convert, is_set in plan:
-            value = values.get(name)
-            if value is not None:
-                row[name] = convert(value)
-            elif is_set and none_sources and none_sources.get(name) == "empty set":
-                row[name] = ""
-            else:
-                row[name] = None
-        return row
-
-    return convert_row
-
-
-def db_row_json_converter(columns: Sequence[ColumnSpec]) -> Callable[[Sequence[Any]], dict[str, Any]]:
-    """A function from a PyMySQL row tuple (columns in ``columns`` order) to its JSON form, keyed by
-    column name. Build it once per table and call it per row."""
-    plan = [(name, convert) for name, convert, _ in _row_converters(tuple(columns), False)]
-
-    def convert_row(row: Sequence[Any]) -> dict[str, Any]:
-        return {
-            name: None if value is None else convert(value)
-            for (name, convert), value in zip(plan, row, strict=True)
-        }
-
-    return convert_row
-
-
-def json_row_from_binlog(
-    columns: Sequence[ColumnSpec],
-    values: Mapping[str, Any],
-    none_sources: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """One binlog row image in JSON form; see :func:`binlog_row_json_converter` for many rows."""
-    return binlog_row_json_converter(columns)(values, none_sources)
-
-
-def json_row_from_db(columns: Sequence[ColumnSpec], row: Sequence[Any]) -> dict[str, Any]:
-    """One PyMySQL row tuple in JSON form; see :func:`db_row_json_converter` for many rows."""
-    return db_row_json_converter(columns)(row)
-
-
-# JSON form -> Arrow values ------------------------------------------------------------------------------
-
-
-def _timestamp_utc_from_json(value: str) -> dt.datetime:
-    if value.endswith("Z"):
-        value = value[:-1] + "+00:00"
-    return dt.datetime.fromisoformat(value)
-
-
-def _b64decode(value: str) -> bytes:
-    return base64.b64decode(value, validate=True)
-
-
-@lru_cache(maxsize=256)
-def _from_json(arrow_type: pa.DataType) -> Callable[[Any], Any]:
-    if pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type):
-        return _identity
-    if pa.types.is_floating(arrow_type):
-        return float
-    if pa.types.is_decimal(arrow_type):
-        # DECIMAL arrives as an exact string; BIGINT UNSIGNED and BIT(64) as JSON numbers.
-        return Decimal
-    if pa.types.is_binary(arrow_type):
-        return _b64decode
-    if pa.types.is_date32(arrow_type):
-        return dt.date.fromisoformat
-    if pa.types.is_timestamp(arrow_type):
-        return _timestamp_utc_from_json if arrow_type.tz else dt.datetime.fromisoformat
-    raise SourceError(
-        f"no JSON decoding for Arrow type {arrow_type}",
-        hint="only the Arrow types that lakesync.core.types.arrow_field produces can be decoded",
-    )
-
-
-def arrow_value_from_json(arrow_type: pa.DataType, value: Any) -> Any:
-    """The Python value Arrow accepts for ``arrow_type`` from the JSON form; needs the Arrow type only,
-    so the sink can decode with the Delta schema alone."""
-    if value is None:
-        return None
-    return _from_json(arrow_type)(value)
-
-
-def _json_array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
-    """Vectorised where Arrow parses the JSON form itself (numbers, strings, ISO dates and timestamps)."""
-    if (
-        pa.types.is_integer(arrow_type)
-        or pa.types.is_floating(arrow_type)
-        or pa.types.is_string(arrow_type)
-    ):
-        return pa.array(values, type=arrow_type)
-    if pa.types.is_date32(arrow_type) or pa.types.is_timestamp(arrow_type):
-        return pa.array(values, type=pa.string()).cast(arrow_type)
-    convert = _from_json(arrow_type)
-    return pa.array([None if v is None else convert(v) for v in values], type=arrow_type)
-
-
-def arrow_table_from_json_rows(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Rows in JSON form (``after`` images) -> an Arrow table of ``schema``; a missing key is NULL."""
-    arrays = [_json_array([row.get(f.name) for row in rows], f.type) for f in schema]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def arrow_table_from_db_rows(columns: Sequence[ColumnSpec], rows: Sequence[Sequence[Any]]) -> pa.Table:
-    """PyMySQL row tuples (``SELECT`` in column order, see :func:`snapshot_select_list`) -> an Arrow table."""
-    schema = arrow_schema(columns)
-    if not rows:
-        return schema.empty_table()
-    by_column = list(zip(*rows, strict=True))
-    arrays = [
-        _column_plan(column).db_array(values, f.type)
-        for column, values, f in zip(columns, by_column, schema, strict=True)
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-# Reading the source losslessly ---------------------------------------------------------------------------
-
-
-def quote_identifier(name: str) -> str:
-    """A MySQL identifier in backticks, embedded backticks doubled."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def snapshot_select_expression(column: ColumnSpec) -> str:
-    """The SELECT expression that reads the column without loss over the text protocol.
-
-    The server prints FLOAT with 6 significant digits (1.2345678 -> '1.23457'), so FLOAT is read as DOUBLE,
-    which prints the stored single-precision value exactly, as the binlog has it."""
-    quoted = quote_identifier(column.name)
-    if column.data_type.lower() == "float":
-        return f"CAST({quoted} AS DOUBLE) AS {quoted}"
-    return quoted
-
-
-def snapshot_select_list(columns: Iterable[ColumnSpec]) -> str:
-    return ", ".join(snapshot_select_expression(column) for column in columns)

@@ -1,0 +1,179 @@
+"""A micro-batch's work, done where the data is: decode and reduce on the executors, ship the reduced rows.
+
+Each Spark task holds the records of one Kafka topic-partition range. ``mapInArrow`` runs
+:func:`reduce_partition` on them: the records are decoded column-wise
+(:mod:`lakesync.stream.columnar_decode`) and each key-merged table is cut down to the newest change per
+key (by source position, :func:`lakesync.sink.changes.last_change_per_key`) as the batches arrive, so a
+task holds at most one row per key it has seen. A key's changes can be in several tasks (the stream cuts
+a busy topic-partition into consecutive offset ranges, ``minPartitions``, so every core gets work; a
+topic may have been re-partitioned): the sink's own reduction on the driver takes the newest of those.
+``append_log`` tables are not reduced: their rows stream through as they are decoded.
+
+What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary column) plus
+the raw records of the schema-change topic, which the driver decodes itself (there are few). Records that
+do not decode with the table's current schema (a column changed type in this very batch) go to the driver
+raw as well: it decodes them with the record decoder after applying the batch's schema changes, as the
+stream always did, so a DDL in the middle of a batch is handled exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+import pyarrow as pa
+
+from lakesync.events.envelope import SchemaChangeEvent
+from lakesync.sink.changes import last_change_per_key
+from lakesync.stream.columnar_decode import DecodePlan, decode_records
+from lakesync.stream.decode import DecodedBatch, decode_batch
+
+#: What each task returns: one row per chunk of reduced change rows, or per chunk of schema records.
+OUTPUT_SCHEMA = "kind string, table string, changes long, data binary"
+_ROWS, _SCHEMA, _RAW = "rows", "schema", "raw"
+#: Reduced rows per IPC chunk sent to the driver (keeps each binary value far below Spark's 2 GB limit).
+CHUNK_ROWS = 50_000
+#: The Kafka columns the work needs; the others are not sent to the Python workers at all.
+INPUT_COLUMNS = ("topic", "value", "headers")
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    """The decode plan, and the key columns of each table reduced to its newest change per key."""
+
+    decode: DecodePlan
+    keys: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _output(kind: str, table: str, changes: int, data: pa.Table) -> Iterator[pa.RecordBatch]:
+    for start in range(0, max(data.num_rows, 1), CHUNK_ROWS):
+        yield pa.RecordBatch.from_pydict({
+            "kind": [kind], "table": [table], "changes": [changes if start == 0 else 0],
+            "data": [_ipc(data.slice(start, CHUNK_ROWS))],
+        }, schema=pa.schema([("kind", pa.string()), ("table", pa.string()), ("changes", pa.int64()),
+                             ("data", pa.binary())]))
+
+
+class _Reducer:
+    """One table's newest change per key, folded in as decoded chunks arrive."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self.reduced: pa.Table | None = None
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.changes = 0
+
+    def add(self, changes: pa.Table) -> None:
+        self.pending.append(changes)
+        self.pending_rows += changes.num_rows
+        self.changes += changes.num_rows
+        # fold once the pending rows outgrow what is already reduced: linear work, bounded memory
+        if self.pending_rows >= max(CHUNK_ROWS, self.reduced.num_rows if self.reduced is not None else 0):
+            self.fold()
+
+    def fold(self) -> pa.Table | None:
+        if self.pending:
+            parts = ([self.reduced] if self.reduced is not None else []) + self.pending
+            self.reduced = last_change_per_key(pa.concat_tables(parts).combine_chunks(), self.keys)
+            self.pending, self.pending_rows = [], 0
+        return self.reduced
+
+
+def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: Kafka record batches of one task in, reduced change chunks out."""
+    reducers: dict[str, _Reducer] = {}
+    for batch in batches:
+        records = pa.Table.from_batches([batch])
+        try:
+            decoded = decode_records(records, plan.decode)
+        except Exception:
+            yield from _output(_RAW, "", records.num_rows, records.select(list(INPUT_COLUMNS)))
+            continue
+        if decoded.schema_records is not None:
+            yield from _output(_SCHEMA, "", decoded.schema_records.num_rows,
+                               decoded.schema_records.select(list(INPUT_COLUMNS)))
+        for table, changes in decoded.tables.items():
+            keys = plan.keys.get(table)
+            if keys:
+                reducers.setdefault(table, _Reducer(keys)).add(changes)
+            else:
+                yield from _output(_ROWS, table, changes.num_rows, changes)
+    for table, reducer in reducers.items():
+        reduced = reducer.fold()
+        if reduced is not None:
+            yield from _output(_ROWS, table, reducer.changes, reduced)
+
+
+@dataclass
+class ReducedTable:
+    """What the driver commits for one table: the reduced rows, and how many changes they stand for."""
+
+    rows: pa.Table
+    changes: int
+
+
+@dataclass
+class ReducedBatch:
+    """The batch as the driver sees it; ``raw`` holds the changes only the driver could decode (see above)."""
+
+    tables: dict[str, ReducedTable] = field(default_factory=dict)
+    schema_changes: list[SchemaChangeEvent] = field(default_factory=list)
+    raw: DecodedBatch | None = None
+
+    def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str]) -> None:
+        """Type the raw changes with the (possibly just evolved) ``schemas`` and add them to ``tables``."""
+        if self.raw is None:
+            return
+        for table, changes in self.raw.tables.items():
+            if table in stop_before:  # before typing: changes after the DDL may not fit the old types
+                changes.events = [e for e in changes.events if e.position.key() < stop_before[table]]
+            rows = changes.to_arrow(schemas[table])
+            if rows.num_rows:
+                known = self.tables.get(table)
+                if known is not None:
+                    rows = pa.concat_tables([known.rows, rows])
+                self.tables[table] = ReducedTable(rows, (known.changes if known else 0) + len(changes.events))
+        self.raw = None
+
+
+def reduced_batch(chunks: pa.Table, plan: DecodePlan) -> ReducedBatch:
+    """Put the tasks' chunks (``OUTPUT_SCHEMA`` rows) back together on the driver."""
+    parts: dict[str, list[pa.Table]] = {}
+    counts: dict[str, int] = {}
+    schema_parts: list[pa.Table] = []
+    raw_parts: list[pa.Table] = []
+    for kind, table, changes, data in zip(*(chunks.column(n).to_pylist() for n in ("kind", "table", "changes",
+                                                                                  "data")), strict=True):
+        rows = pa.ipc.open_stream(data).read_all()
+        if kind == _ROWS:
+            parts.setdefault(table, []).append(rows)
+            counts[table] = counts.get(table, 0) + changes
+        else:
+            (schema_parts if kind == _SCHEMA else raw_parts).append(rows)
+    out = ReducedBatch()
+    for table, tables in parts.items():
+        rows = pa.concat_tables(tables).combine_chunks()
+        if rows.num_rows:
+            out.tables[table] = ReducedTable(rows, counts[table])
+    if schema_parts:
+        out.schema_changes = decode_batch(pa.concat_tables(schema_parts), {},
+                                          schema_topic=plan.schema_topic).schema_changes
+    if raw_parts:
+        out.raw = decode_batch(pa.concat_tables(raw_parts), plan.topic_tables, schema_topic=plan.schema_topic)
+        out.schema_changes.extend(out.raw.schema_changes)
+    return out
+
+
+def run_on_executors(batch_df, plan: ReducePlan) -> ReducedBatch:
+    """Decode and reduce ``batch_df`` (the Kafka source's columns) on the executors; collect the result."""
+    chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(reduce_partition, plan), OUTPUT_SCHEMA).toArrow()
+    return reduced_batch(chunks, plan.decode)

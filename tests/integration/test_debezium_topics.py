@@ -1,0 +1,137 @@
+"""A stream over topics that Debezium's MySQL connector wrote (JSON converter with schemas, no lakesync
+headers): positions come from each event's ``source`` block, values are decoded exactly, and the handoff
+from lakesync's full load works end to end; a Debezium topic that starts after the load is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
+
+from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.errors import GapError
+from lakesync.core.positions import SourcePosition
+from lakesync.full_load.load import FullLoad
+from lakesync.stream.app import checkpoint_dir, run_stream
+from tests.oracle import assert_tables_match
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TABLE = "CREATE TABLE ledger (id INT PRIMARY KEY, amount DECIMAL(65,30), flags BIT(10), label VARCHAR(20))"
+ROWS = {1: ("-99999999999999999999999999999999999.123456789012345678901234567891", 513, "one"),
+        2: ("0.000000000000000000000000000000", 0, "two"),
+        3: ("12345678901234567890123456789012345.000000000000000000000000000001", 1023, None)}
+_FIELDS = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+     "parameters": {"scale": "30", "connect.decimal.precision": "65"}, "field": "amount"},
+    {"type": "bytes", "optional": True, "name": "io.debezium.data.Bits", "version": 1,
+     "parameters": {"length": "10"}, "field": "flags"},
+    {"type": "string", "optional": True, "field": "label"},
+]
+
+
+def _pipeline(folder: Path, database: str) -> Pipeline:
+    server_id = random.randrange(5_000, 60_000)
+    document = {
+        "name": "dbz", "source": {"conn_id": MYSQL_CONN_ID, "database": database, "server_id": server_id},
+        "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"dbz{server_id}{uuid.uuid4().hex[:6]}"},
+        "delta": {"root": str(folder / "delta")}, "state_dir": str(folder / "state"),
+    }
+    (folder / "pipelines").mkdir(exist_ok=True)
+    (folder / "pipelines" / "dbz.yaml").write_text(yaml.safe_dump(document))
+    return load_pipeline("dbz", folder / "pipelines")
+
+
+def _debezium_row(key: int, amount: str, flags: int, label: str | None) -> dict[str, Any]:
+    """A row image as Debezium's JSON converter writes it: DECIMAL as unscaled big-endian two's complement,
+    BIT(n) as little-endian bytes."""
+    unscaled = int(amount.replace(".", ""))
+    decimal = unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
+    return {"id": key, "amount": base64.b64encode(decimal).decode(),
+            "flags": base64.b64encode(flags.to_bytes(2, "little")).decode(), "label": label}
+
+
+def _debezium_event(database: str, op: str, before: dict | None, after: dict | None,
+                    position: SourcePosition, row: int) -> bytes:
+    value_schema = {"type": "struct", "optional": True, "name": f"dbserver1.{database}.ledger.Value",
+                    "fields": _FIELDS}
+    return json.dumps({
+        "schema": {"type": "struct", "name": f"dbserver1.{database}.ledger.Envelope", "optional": False, "fields": [
+            {**value_schema, "field": "before"}, {**value_schema, "field": "after"},
+            {"type": "struct", "optional": False, "field": "source", "fields": []},
+            {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"}]},
+        "payload": {"before": before, "after": after, "op": op, "ts_ms": 1_704_110_400_555, "source": {
+            "version": "2.5.4.Final", "connector": "mysql", "name": "dbserver1", "ts_ms": 1_704_110_400_000,
+            "snapshot": "true" if op == "r" else "false", "db": database, "table": "ledger", "server_id": 1,
+            "gtid": None, "file": position.file, "pos": position.offset, "row": row, "thread": 7, "query": None}},
+    }).encode()
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)  # no headers: Debezium writes none
+    assert producer.flush(10) == 0
+
+
+@pytest.fixture
+def loaded(stack, monkeypatch, mariadb, fresh_database, tmp_path):
+    """The ``ledger`` table fully loaded by lakesync; returns (pipeline, load position P)."""
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute(TABLE)
+        cur.executemany("INSERT INTO ledger VALUES (%s, %s, %s, %s)",
+                        [(key, amount, flags, label) for key, (amount, flags, label) in ROWS.items()])
+    pipeline = _pipeline(tmp_path, fresh_database)
+    (result,) = FullLoad(pipeline=pipeline).run()
+    return pipeline, result.position
+
+
+def test_stream_applies_debezium_topics_from_the_full_load_position(loaded, mariadb, broker, fresh_database, spark):
+    pipeline, p = loaded
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE ledger SET amount = '-0.000000000000000000000000000001', flags = b'1' WHERE id = 1")
+        cur.execute("DELETE FROM ledger WHERE id = 2")
+        cur.execute("INSERT INTO ledger VALUES (4, '1.5', b'1111111111', 'four')")
+    rows = {key: _debezium_row(key, *values) for key, values in ROWS.items()}
+    updated = _debezium_row(1, "-0.000000000000000000000000000001", 1, "one")
+    inserted = _debezium_row(4, "1.500000000000000000000000000000", 1023, "four")
+    at = lambda offset: SourcePosition(p.file, p.offset + offset)  # noqa: E731 - after P, in binlog order
+    key = lambda k: json.dumps({"id": k}).encode()  # noqa: E731
+    records = [(key(k), _debezium_event(fresh_database, "r", None, row, p, 0)) for k, row in rows.items()]
+    records += [
+        (key(1), _debezium_event(fresh_database, "u", rows[1], updated, at(100), 0)),
+        (key(2), _debezium_event(fresh_database, "d", rows[2], None, at(200), 0)),
+        (key(2), None),  # Debezium's tombstone after a delete
+        (key(4), _debezium_event(fresh_database, "c", None, inserted, at(300), 0)),
+    ]
+    _produce(broker.bootstrap, pipeline.topic("ledger"), records)
+
+    run_stream(pipeline, once=True, spark=spark)
+
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})
+
+
+def test_debezium_topic_starting_after_the_full_load_is_refused(loaded, broker, fresh_database, spark):
+    pipeline, p = loaded
+    late = SourcePosition(p.file, p.offset + 500)
+    row = _debezium_row(1, "1.000000000000000000000000000000", 1, "late")
+    _produce(broker.bootstrap, pipeline.topic("ledger"),
+             [(b'{"id": 1}', _debezium_event(fresh_database, "u", row, row, late, 0))])
+
+    with pytest.raises(GapError, match="Debezium topics are accepted when") as refused:
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert "re-run the full load" in str(refused.value.hint)
+    assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
