@@ -34,7 +34,6 @@ from lakesync.core.config import Pipeline
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
-from lakesync.relay.backpressure import load_state as load_backpressure
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.validation.store import last_results
 
@@ -130,5 +129,7 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
     }
     if relay:
         status["relay"] = relay_status(pipeline, timeout_s=relay_timeout_s)
+        from lakesync.relay.backpressure import load_state as load_backpressure  # lakesync.relay needs Kafka
+
         status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
     return status
