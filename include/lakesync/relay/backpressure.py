@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lakesync.core.config import Pipeline
+from lakesync.core.errors import LakesyncError
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ def stream_lag_reader(pipeline: Pipeline) -> Callable[[], int | None]:
         consumer = offset_consumer(client)
         try:
             return records_behind(committed, true_end_offsets(consumer, list(committed)))
+        except LakesyncError as exc:
+            # e.g. the topics the checkpoint names are gone (broker data loss): the stream will refuse to resume
+            # and say so; the relay goes on unthrottled rather than dying on a measurement it can't make
+            log.warning("backpressure: cannot measure the stream's lag (%s); not throttling", exc.message)
+            return None
         finally:
             consumer.close()
 
