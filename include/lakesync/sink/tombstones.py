@@ -57,14 +57,20 @@ class TombstoneStore:
     def record(self, deletes: pa.Table, *, app_id: str, batch_version: int) -> int:
         """Append one tombstone per delete, in one commit tagged with ``(app_id, batch_version)``.
 
-        Skipped (returns 0) when that batch is already recorded, so a replay after a crash between this
-        write and the target's MERGE does not append the same tombstones again.
+        When that batch id is already recorded (a replay after a crash between this write and the target's
+        MERGE, or a batch re-planned from a restored checkpoint, possibly with more deletes), only the
+        tombstones not there yet are appended, so nothing doubles and nothing the new plan holds is missed.
+        The recorded version never moves backwards.
         """
         if deletes.num_rows == 0:
             return 0
         committed = self.committed_batch_version(app_id)
         if committed is not None and committed >= batch_version:
-            return 0
+            present = self.matching(deletes).cast(deletes.select([*self.key_columns, POS]).schema)
+            deletes = deletes.join(present, keys=[*self.key_columns, POS], join_type="left anti")
+            batch_version = committed
+            if deletes.num_rows == 0:
+                return 0
         rows = deletes.select([*self.key_columns, POS]).append_column(
             pa.field(DELETED_MS, pa.int64()), deletes.column(TS).cast(pa.int64())
         )
