@@ -20,6 +20,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+# Hypothesis profiles: `ci` (the default) has fixed seeds and a bounded budget; `thorough` searches much
+# longer. Choose with LAKESYNC_HYPOTHESIS_PROFILE=ci|thorough.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", max_examples=40, stateful_step_count=30, deadline=None,
+                                      derandomize=True, print_blob=True)
+_hypothesis_settings.register_profile("thorough", max_examples=400, stateful_step_count=60, deadline=None,
+                                      print_blob=True)
+_hypothesis_settings.load_profile(os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE", "ci"))
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
