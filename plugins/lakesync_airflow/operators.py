@@ -197,7 +197,9 @@ class MaintenanceOperator(BaseOperator):
 
     Tombstones live in the sink's side table (``lakesync.sink.tombstones``); those of deletes older than
     ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
-    be recognised as stale: keep the retention above the Kafka retention and the worst stream lag."""
+    be recognised as stale: keep the retention above the Kafka retention and the worst stream lag.
+    OPTIMIZE and VACUUM go through ``lakesync.sink.writer`` (commit-conflict retries; VACUUM keeps at least a
+    week of removed files, so a running reader or the stream never loses a file it still needs)."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -210,6 +212,7 @@ class MaintenanceOperator(BaseOperator):
         from deltalake import DeltaTable
 
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+        from lakesync.sink.writer import optimize, vacuum
 
         pipeline = LakesyncHook(self.pipeline).pipeline
         root = pipeline.delta.root
@@ -220,13 +223,11 @@ class MaintenanceOperator(BaseOperator):
         cutoff_ms = int((time.time() - pipeline.stream.tombstone_retention_hours * 3600) * 1000)
         reports = []
         for folder in sorted(p for p in Path(root.removeprefix("file://")).glob("*") if (p / "_delta_log").is_dir()):
-            table = DeltaTable(str(folder), storage_options=options)
-            compacted = table.optimize.compact()
+            compacted = optimize(str(folder), storage_options=options)
             purged = TombstoneStore(tombstone_uri(str(folder)), key_columns=[], storage_options=options).purge(
                 cutoff_ms)
-            vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
-                                    enforce_retention_duration=False)
-            report = {"table": folder.name, "version": table.version(),
+            vacuumed = vacuum(str(folder), retention_hours=self.vacuum_retention_hours, storage_options=options)
+            report = {"table": folder.name, "version": DeltaTable(str(folder), storage_options=options).version(),
                       "files_added_by_optimize": compacted.get("numFilesAdded", 0),
                       "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
                       "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}

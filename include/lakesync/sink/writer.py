@@ -27,7 +27,7 @@ from typing import TypeVar
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from lakesync.core.errors import ConfigError, SinkError
+from lakesync.core.errors import SinkError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,6 +76,7 @@ def commit_with_retry(step: Callable[[int], T], *, what: str, table_uri: str, at
 
 def optimize(table_uri: str, *, storage_options: dict[str, str] | None = None) -> dict:
     """OPTIMIZE (compact small files) with conflict retries; returns delta-rs's metrics."""
+
     def step(attempt: int) -> dict:
         table = DeltaTable(table_uri, storage_options=storage_options)
         return table.optimize.compact(
@@ -85,12 +86,12 @@ def optimize(table_uri: str, *, storage_options: dict[str, str] | None = None) -
 
 
 def vacuum(table_uri: str, *, retention_hours: float, storage_options: dict[str, str] | None = None) -> list[str]:
-    """VACUUM files older than ``retention_hours`` (at least :data:`MIN_VACUUM_RETENTION_HOURS`, see above)."""
+    """VACUUM files older than ``retention_hours``, raised to :data:`MIN_VACUUM_RETENTION_HOURS` (see above)."""
     if retention_hours < MIN_VACUUM_RETENTION_HOURS:
-        raise ConfigError(
-            f"VACUUM retention {retention_hours}h is below {MIN_VACUUM_RETENTION_HOURS}h",
-            hint="a shorter retention can delete files a running reader or the stream still needs",
-        )
+        log.warning("VACUUM of %s: retention %sh raised to %sh, so no running reader or stream loses a file it "
+                    "still needs", table_uri, retention_hours, MIN_VACUUM_RETENTION_HOURS)
+        retention_hours = MIN_VACUUM_RETENTION_HOURS
+
     def step(attempt: int) -> list[str]:
         table = DeltaTable(table_uri, storage_options=storage_options)
         return table.vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=True,
