@@ -15,3 +15,11 @@ DELETED_MS = "_lakesync_deleted_ms"
 
 META_COLUMNS = (POS, OP, TS)
 DELETE_OP = "d"
+
+EXACTLY_ONCE = "exactly_once"
+APPEND_LOG = "append_log"
+
+
+def table_semantics(configured: str | None, has_key: bool) -> str:
+    """The one default-semantics rule: the configured choice, else ``exactly_once`` with a key, ``append_log`` without."""
+    return configured or (EXACTLY_ONCE if has_key else APPEND_LOG)

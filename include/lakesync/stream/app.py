@@ -26,6 +26,7 @@ from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.core.table_layout import table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
@@ -101,7 +102,7 @@ def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> lis
             topic=pipeline.topic(name),
             uri=uri,
             key_columns=key_columns,
-            semantics=settings.semantics or ("exactly_once" if key_columns else "append_log"),
+            semantics=table_semantics(settings.semantics, bool(key_columns)),
             handoff_key=table_state.position_key,
         ))
     if not tables:

@@ -50,7 +50,7 @@ import pymysql
 from lakesync.core.config import Pipeline
 from lakesync.core.errors import SourceError, ValidationMismatch
 from lakesync.core.positions import MIN_KEY
-from lakesync.core.table_layout import DELETE_OP, OP, POS, TS
+from lakesync.core.table_layout import DELETE_OP, OP, POS, TS, table_semantics
 from lakesync.core.types import (
     SNAPSHOT_TIME_ZONE_SQL,
     arrow_schema,
@@ -60,7 +60,7 @@ from lakesync.core.types import (
 )
 from lakesync.source.schema import read_table_columns
 from lakesync.source.table_reader import KeyRange, RangeReader, TableShape, describe_table, rows_per_read
-from lakesync.stream.progress import StreamProgress
+from lakesync.stream.progress import StreamProgress, applied_position
 
 log = logging.getLogger(__name__)
 
@@ -602,33 +602,6 @@ def _concat(parts: Iterator[pa.Table], schema: pa.Schema) -> pa.Table:
 
 
 # -- waiting for the stream ----------------------------------------------------------------------------------
-def applied_position(pipeline: Pipeline, table: str) -> str | None:
-    """The stream's applied position for ``table``: the largest of the progress file's and the largest
-    ``_lakesync_pos`` in the file statistics of the Delta table and of its tombstone table (metadata only)."""
-    from lakesync.sink.tombstones import tombstone_uri
-
-    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
-    uri, storage = pipeline.delta.table_uri(table), pipeline.delta.storage_options or None
-    found = [progress.applied_position if progress else None, delta_max_position(uri, storage),
-             delta_max_position(tombstone_uri(uri), storage)]
-    return max((key for key in found if key is not None), default=None)
-
-
-def delta_max_position(uri: str, storage_options: dict[str, str] | None = None) -> str | None:
-    """The largest ``_lakesync_pos`` in the table, from the add actions' statistics (None when unknown)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        actions = pa.table(DeltaTable(uri, storage_options=storage_options).get_add_actions(flatten=True))
-    except TableNotFoundError:
-        return None
-    column = f"max.{POS}"
-    if column not in actions.column_names or actions.num_rows == 0:
-        return None
-    return pc.max(actions[column]).as_py()
-
-
 def stopped_reason(pipeline: Pipeline, table: str) -> str | None:
     """Why the stream stopped applying ``table`` (a schema change it can't follow...), or None."""
     progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
@@ -665,7 +638,7 @@ class _Context:
 
 def _semantics(pipeline: Pipeline, table: str, key_columns: Sequence[str]) -> str:
     configured = pipeline.tables.settings_for(table).semantics
-    return configured or ("exactly_once" if key_columns else "append_log")
+    return table_semantics(configured, bool(key_columns))
 
 
 def _validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any]) -> TableComparison:
