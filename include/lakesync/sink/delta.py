@@ -9,10 +9,12 @@ Exactly-once rests on three rules, each enforced here (docs/sink.md has the full
    changes at or before the snapshot position are already in the snapshot and are dropped up front;
 2. a delete leaves a tombstone, written *before* the target's MERGE, and upserts at or before a tombstone
    of their key are dropped, so a late or replayed insert never brings a deleted row back;
-3. each batch's commit carries the app transaction ``(app_id, batch_version)`` and a batch whose version
-   is already committed is skipped whole.
+3. each batch's commit carries the app transaction ``(app_id, batch_version)`` and what the batch covered
+   (:mod:`lakesync.sink.coverage`); a batch whose version is committed is skipped whole only when it is
+   provably the same work, else applied (rules 1 and 2 make that harmless).
 
-One writer per table: the app transaction check and the MERGE are not atomic against a concurrent writer.
+Concurrent writers (settlement, OPTIMIZE) are fine: a commit that loses the race is re-planned and retried
+(:mod:`lakesync.sink.writer`). Run one stream per checkpoint (Spark's one query per checkpoint gives this).
 """
 
 from __future__ import annotations
