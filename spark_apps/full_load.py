@@ -15,7 +15,8 @@ import sys
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
 from lakesync.core.config import load_pipeline
-from lakesync.full_load.load import FullLoad, SparkChunkRunner
+from lakesync.full_load.chunk_runners import SparkChunkRunner
+from lakesync.full_load.load import FullLoad
 from lakesync.spark.session import run_spark_app
 
 

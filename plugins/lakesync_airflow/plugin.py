@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -10,9 +10,10 @@ from lakesync_airflow.views import app
 
 
 class LakesyncPlugin(AirflowPlugin):
+    # Plain list attributes, as AirflowPlugin declares them (a ClassVar would conflict with its declaration).
     name = "lakesync"
-    fastapi_apps: ClassVar[list[dict[str, Any]]] = [{"app": app, "url_prefix": "/lakesync", "name": "lakesync status"}]
-    external_views: ClassVar[list[dict[str, Any]]] = [{
+    fastapi_apps: list[Any] = [{"app": app, "url_prefix": "/lakesync", "name": "lakesync status"}]  # noqa: RUF012
+    external_views: list[Any] = [{  # noqa: RUF012
         "name": "lakesync",
         "href": "lakesync/status",
         "destination": "nav",

@@ -57,11 +57,10 @@ def test_every_dag_file_imports_without_errors(demo_parse):
         "lakesync_demo_full_load", "lakesync_demo_maintenance", "lakesync_demo_settlement", "lakesync_demo_stream"]
 
 
-def test_parsing_is_quick_and_imports_no_heavy_modules(demo_parse):
+def test_parsing_imports_no_heavy_modules(demo_parse):
     print(f"DagBag parse incl. airflow import: {demo_parse['seconds']:.2f}s")
     # Airflow kills a DAG file import that takes longer than core.dagbag_import_timeout (30 s by default); the
-    # parse takes ~1 s here, and what keeps it there is importing no heavy modules (the assertion below).
-    assert demo_parse["seconds"] < 30.0
+    # parse takes ~1 s here, and what keeps it there is importing no heavy modules.
     assert demo_parse["heavy"] == []
 
 

@@ -20,7 +20,8 @@ from lakesync.core.config import Pipeline, parse_pipeline
 from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import LakesyncError, SchemaChangeError, SourceError
 from lakesync.core.positions import SourcePosition
-from lakesync.full_load.load import ChunkTask, FullLoad, ThreadChunkRunner
+from lakesync.full_load.chunk_runners import ChunkTask, ThreadChunkRunner
+from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import ChunkDone, LoadState
 from lakesync.sink.delta import DeltaSink
 

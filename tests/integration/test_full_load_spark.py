@@ -14,7 +14,8 @@ from deltalake import DeltaTable
 from lakesync_devkit.dev.stack import MYSQL_CONN_ID
 
 from lakesync.core.config import parse_pipeline
-from lakesync.full_load.load import FullLoad, SparkChunkRunner
+from lakesync.full_load.chunk_runners import SparkChunkRunner
+from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import LoadState
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

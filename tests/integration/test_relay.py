@@ -13,11 +13,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, parse_pipeline
-from lakesync.core.errors import BinlogPurgedError, SchemaChangeError, SourceError
+from lakesync.core.errors import BinlogPurgedError, SourceError
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import ChangeEvent, decode, decode_schema_change
 from lakesync.relay import Relay, covered_range
-from lakesync.relay.offsets import ProgressStore
 from lakesync.source.server_checks import current_position
 
 pytestmark = pytest.mark.integration
@@ -119,21 +118,26 @@ def test_add_column_mid_stream_keeps_decoding_with_the_columns_of_each_row(db, b
     schema_records = read_topic(broker.bootstrap, pipeline.topic("_schema"))
     alters = [decode_schema_change(m.value(), m.headers()) for m in schema_records]
     assert [(s.kind, s.table, s.changes) for s in alters] == [
-        ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT"}])]
+        ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT", "not_null": True,
+                               "default": {"value": "7"}}])]
     assert events[0].position < alters[0].position < events[1].position
 
 
-def test_ddl_the_relay_cannot_understand_on_a_selected_table_stops_it_clearly(db, fresh_database, make_pipeline):
+def test_ddl_the_relay_cannot_understand_is_published_as_unknown_and_the_relay_goes_on(
+        db, broker, fresh_database, make_pipeline):
     with db.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
         start = current_position(db)
         cur.execute("INSERT INTO t VALUES (1)")
         cur.execute("ALTER TABLE t ADD COLUMN (a INT, b INT)")
+        cur.execute("INSERT INTO t VALUES (2, 3, 4)")
     pipeline = make_pipeline(fresh_database)
-    with pytest.raises(SchemaChangeError, match=r"selected table .*\.t"):
-        _run(db, pipeline, start)
-    stored = ProgressStore.for_pipeline(pipeline).load()
-    assert stored is not None and stored.position > start, "progress up to the statement is kept"
+    _run(db, pipeline, start)
+    assert [e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))] == [1, 2]
+    (unknown,) = [decode_schema_change(m.value(), m.headers())
+                  for m in read_topic(broker.bootstrap, pipeline.topic("_schema"))]
+    assert (unknown.kind, unknown.table) == ("unknown", "t")
+    assert unknown.changes[0]["change"] == "unknown" and unknown.changes[0]["reason"]
 
 
 def test_unselected_tables_are_not_published(db, broker, fresh_database, make_pipeline):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.errors import BinlogPurgedError, ServerIdInUseError, SourceError
 from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import (
     check_binlog_settings,
@@ -80,7 +80,7 @@ def test_a_server_id_already_streaming_the_binlog_is_refused(mariadb) -> None:
         )
         try:
             reader.fetchone()  # connects and registers; returns at the first heartbeat
-            with pytest.raises(SourceError, match="already used"):
+            with pytest.raises(ServerIdInUseError, match="already used"):
                 check_server_id_unique(conn, 47_111)
             check_server_id_unique(conn, 47_112)
         finally:

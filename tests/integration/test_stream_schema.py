@@ -100,6 +100,7 @@ def scenario(stack, mariadb, spark, tmp_path_factory) -> Iterator[Scenario]:
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"ss{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
+        "stream": {"reload_on_schema_change": False},  # the stop path; test_stream_ddl_matrix.py has the re-loads
     }
     (folder / "evolving.yaml").write_text(yaml.safe_dump(document))
     with pytest.MonkeyPatch.context() as patch, mariadb.connect() as conn:

@@ -76,8 +76,55 @@ def test_statements_that_change_no_table_are_ignored(sql: str) -> None:
 
 
 @pytest.mark.parametrize("sql", ["ALTER TABLE accounts ADD COLUMN (a INT, b INT)",
-                                 "ALTER TABLE accounts PARTITION BY HASH(id) PARTITIONS 4"])
+                                 "ALTER TABLE accounts TRUNCATE PARTITION p0"])
 def test_statements_we_cannot_read_are_unknown_but_name_their_table(sql: str) -> None:
     change = _one(sql)
     assert (change.kind, change.db, change.table) == (UNKNOWN, "bank", "accounts")
     assert change.reason
+
+
+@pytest.mark.parametrize("sql", [
+    "ALTER TABLE accounts RENAME INDEX ix_a TO ix_b", "ALTER TABLE accounts RENAME KEY ix_a TO ix_b",
+    "ALTER TABLE accounts FORCE", "ALTER TABLE accounts ENGINE=InnoDB, ALGORITHM=COPY, LOCK=SHARED",
+    "ALTER TABLE accounts CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    "ALTER TABLE accounts DEFAULT CHARSET=utf8mb4", "ALTER TABLE accounts COMMENT 'owners'",
+    "ALTER TABLE accounts PARTITION BY HASH(id) PARTITIONS 4", "ALTER TABLE accounts REMOVE PARTITIONING",
+    "ALTER TABLE accounts DISABLE KEYS", "ALTER TABLE accounts ALTER INDEX ix_a INVISIBLE",
+    "ALTER TABLE accounts ADD UNIQUE KEY uk (a, b), DROP INDEX ix_c", "ALTER ONLINE TABLE accounts FORCE",
+])
+def test_actions_that_change_no_column_pass_through_as_an_empty_alter(sql: str) -> None:
+    change = _one(sql)
+    assert (change.kind, change.table, change.changes) == (ALTER_TABLE, "accounts", ())
+
+
+def test_harmless_actions_beside_a_column_change_leave_just_the_column_change() -> None:
+    change = _one("ALTER TABLE accounts ALGORITHM=INPLACE, LOCK=NONE, RENAME INDEX i TO j, ADD COLUMN z INT")
+    assert change.changes == ({"change": "add", "column": "z", "type": "INT"},)
+
+
+@pytest.mark.parametrize("sql", ["ALTER TABLE accounts CONVERT TO CHARACTER SET binary",
+                                 "ALTER TABLE accounts DROP PARTITION p0",
+                                 "ALTER TABLE accounts EXCHANGE PARTITION p0 WITH TABLE other"])
+def test_actions_that_change_rows_or_types_unseen_are_unknown(sql: str) -> None:
+    change = _one(sql)
+    assert (change.kind, change.table) == (UNKNOWN, "accounts") and "no row event" in change.reason
+
+
+def test_mariadb_inet_columns_are_read_as_text_columns() -> None:
+    added = _one("ALTER TABLE accounts ADD COLUMN ip INET6 NULL, ADD COLUMN ip4 INET4")
+    assert [(c["column"], c["type"]) for c in added.changes] == [("ip", "VARCHAR(39)"), ("ip4", "VARCHAR(15)")]
+    created = _one("CREATE TABLE hosts (id INT PRIMARY KEY, ip INET6 NOT NULL)")
+    assert created.changes[1] == {"change": "add", "column": "ip", "type": "VARCHAR(39)", "not_null": True}
+    assert _one("ALTER TABLE accounts ADD COLUMN inet6 INT").changes[0]["type"] == "INT"  # a name, not a type
+
+
+@pytest.mark.parametrize(("definition", "extra"), [
+    ("INT NOT NULL DEFAULT -5", {"not_null": True, "default": {"value": "-5"}}),
+    ("VARCHAR(5) NULL DEFAULT 'it''s'", {"default": {"value": "it's"}}),
+    ("DECIMAL(5,2) DEFAULT 1.5", {"default": {"value": "1.5"}}),
+    ("INT DEFAULT NULL", {}),
+    ("DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP", {"not_null": True, "default": {"expression": "CURRENT_TIMESTAMP()"}}),
+])
+def test_added_columns_carry_their_default_and_not_null(definition: str, extra: dict) -> None:
+    change = _one(f"ALTER TABLE accounts ADD COLUMN n {definition}").changes[0]
+    assert {k: v for k, v in change.items() if k not in ("change", "column", "type")} == extra

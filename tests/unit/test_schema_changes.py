@@ -59,3 +59,104 @@ def test_a_renamed_column_stops_the_table():
 def test_an_unreadable_column_type_is_a_schema_change_error():
     with pytest.raises(SchemaChangeError, match="cannot read the column type"):
         column_spec_from_ddl("x", "")
+
+
+STRICT = pa.schema([pa.field("id", pa.int64(), False), pa.field("name", pa.string(), False),
+                    pa.field("amount", pa.decimal128(18, 2), True)])
+
+
+@pytest.mark.parametrize(("definition", "fill"), [
+    ({"type": "INT", "not_null": True, "default": {"value": "7"}}, "CAST('7' AS INT)"),
+    ({"type": "INT", "default": {"value": "-2"}}, "CAST('-2' AS INT)"),
+    ({"type": "VARCHAR(10)", "default": {"value": "it's"}}, "'it''s'"),
+    ({"type": "DECIMAL(10,2)", "default": {"value": "1.5"}}, "CAST('1.50' AS DECIMAL(10, 2))"),
+    ({"type": "INT", "not_null": True}, "CAST('0' AS INT)"),           # MySQL's implicit default
+    ({"type": "VARCHAR(3)", "not_null": True}, "''"),
+])
+def test_an_added_column_with_a_default_fills_the_rows_that_existed(definition, fill):
+    action = plan_schema_change(event("alter_table", [{"change": "add", "column": "n", **definition}]),
+                                STRICT, pipeline="demo")
+    assert action.stop_reason is None and [f.name for f in action.add] == ["n"]
+    assert action.fill == {"n": fill}
+
+
+def test_an_added_column_without_a_default_fills_nothing():
+    action = plan_schema_change(event("alter_table", [{"change": "add", "column": "n", "type": "INT"}]),
+                                STRICT, pipeline="demo")
+    assert action.fill == {} and action.stop_reason is None
+
+
+@pytest.mark.parametrize("definition", [
+    {"type": "DATETIME", "not_null": True, "default": {"expression": "CURRENT_TIMESTAMP()"}},
+    {"type": "DATE", "not_null": True},
+    {"type": "INT", "default": {"value": "abc"}},
+])
+def test_an_added_column_whose_fill_value_is_not_exact_stops_the_table(definition):
+    action = plan_schema_change(event("alter_table", [{"change": "add", "column": "n", **definition}]),
+                                STRICT, pipeline="demo")
+    assert "lakesync snapshot --pipeline demo --tables t" in action.stop_reason
+
+
+def test_dropping_or_relaxing_a_not_null_column_makes_it_nullable_in_delta():
+    dropped = plan_schema_change(event("alter_table", [{"change": "drop", "column": "name"}]), STRICT, pipeline="d")
+    assert dropped.nullable == ["name"] and dropped.stop_reason is None
+    relaxed = plan_schema_change(event("alter_table", [{"change": "modify", "column": "name", "type": "VARCHAR(9)"}]),
+                                 STRICT, pipeline="d")
+    assert relaxed.nullable == ["name"] and relaxed.stop_reason is None
+    kept = plan_schema_change(event("alter_table", [{"change": "modify", "column": "name", "type": "VARCHAR(9)",
+                                                     "not_null": True}]), STRICT, pipeline="d")
+    assert kept.nullable == [] and kept.stop_reason is None
+
+
+def test_an_empty_alter_changes_nothing():
+    action = plan_schema_change(event("alter_table", []), STRICT, pipeline="demo")
+    assert (action.add, action.fill, action.nullable, action.stop_reason) == ([], {}, [], None)
+
+
+def test_an_unreadable_statement_stops_the_table_with_its_reason_and_the_command():
+    action = plan_schema_change(event("unknown", [{"change": "unknown", "reason": "sqlglot cannot parse it"}]),
+                                STRICT, pipeline="demo")
+    assert "sqlglot cannot parse it" in action.stop_reason
+    assert "`lakesync snapshot --pipeline demo --tables t`" in action.stop_reason
+
+
+def test_a_table_replaced_by_a_swap_stops_with_the_command_and_a_dropped_one_says_it_is_gone():
+    swap = plan_schema_change(event("rename_table", ddl="RENAME TABLE t TO _t_del, _t_gho TO t"), STRICT,
+                              pipeline="demo", replaced=True)
+    assert "online schema change" in swap.stop_reason and "--tables t" in swap.stop_reason
+    gone = plan_schema_change(event("drop_table", ddl="DROP TABLE t"), STRICT, pipeline="demo")
+    assert "no longer exists" in gone.stop_reason
+
+
+@pytest.mark.parametrize(("name", "selected"), [("_orders_gho", False), ("_orders_ghc", False), ("_orders_del", False),
+                                                ("_orders_new", False), ("_orders_old", False), ("orders_new", True),
+                                                ("orders", True)])
+def test_online_schema_change_shadow_tables_are_never_selected(name, selected):
+    from lakesync.core.config import Tables
+
+    assert Tables().selects(name) is selected
+
+
+@pytest.mark.parametrize(("kind", "changes", "reload"), [
+    ("truncate", [], True),
+    ("unknown", [{"change": "unknown", "reason": "x"}], True),
+    ("alter_table", [{"change": "modify", "column": "amount", "type": "VARCHAR(20)"}], True),
+    ("alter_table", [{"change": "primary_key"}], True),
+    ("drop_table", [], True),   # tried: the table may be back; the load fails if not
+    ("rename_table", [], True),
+    ("alter_table", [{"change": "add", "column": "n", "type": "INT"}], False),
+])
+def test_every_stop_is_first_tried_as_a_re_load(kind, changes, reload):
+    action = plan_schema_change(event(kind, changes), STRICT, pipeline="demo")
+    assert bool(action.stop_reason) is reload and action.reload is reload
+
+
+def test_a_stopped_table_counts_as_not_loaded_until_a_load_after_its_stop(tmp_path):
+    from lakesync.stream.progress import StreamProgress, TableProgress, stopped_since_load
+
+    StreamProgress({"t": TableProgress(stopped_reason="truncate; run it", stopped_at="00000002.000000000900.000000"),
+                    "ok": TableProgress(applied_position="00000002.000000000950.000000")}).save(tmp_path)
+    before, after = "00000001.000000000100.000000", "00000003.000000000100.000000"
+    assert stopped_since_load(tmp_path, {"t": before, "ok": before}, ["t", "ok"]) == {"t": "truncate; run it"}
+    assert stopped_since_load(tmp_path, {"t": after, "ok": before}, ["t", "ok"]) == {}
+    assert stopped_since_load(tmp_path, {"t": before}, ["ok"]) == {}, "only the tables asked for"

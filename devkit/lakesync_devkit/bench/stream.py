@@ -38,6 +38,7 @@ import numpy as np
 from lakesync.core.config import Pipeline, parse_pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import LakesyncError
+from lakesync.core.identifiers import quote_identifier
 from lakesync.source.server_checks import current_position
 from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb
 from lakesync_devkit.bench.relay import raw_decode
@@ -142,7 +143,7 @@ def generate_changes(conn: Any, database: str, changes: int) -> int:
     inserts = int(changes * 0.3)
     deletes = changes - updates - inserts
     with conn.cursor() as cur:
-        cur.execute(f"USE `{database}`")
+        cur.execute(f"USE {quote_identifier(database)}")
         for first in range(1, updates + 1, _BATCH):
             last = min(first + _BATCH - 1, updates)
             cur.execute(f"UPDATE {TABLE} SET amount = amount + 1, memo = 'bench update' WHERE id BETWEEN %s AND %s",
@@ -207,7 +208,7 @@ class FreshnessLoad:
         started = time.monotonic()
         ticks = int(self.seconds / _TICK_SECONDS)
         with self.conn.cursor() as cur:
-            cur.execute(f"USE `{self.database}`")
+            cur.execute(f"USE {quote_identifier(self.database)}")
             self.conn.autocommit(False)
             for index in range(ticks):
                 delay = started + index * _TICK_SECONDS - time.monotonic()
@@ -334,7 +335,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
         try:
             e2e_seconds, runs = end_to_end(pipeline, spark, generated, relay_thread)
             with stack.mariadb.connect() as root, root.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM `{database}`.{TABLE}")
+                cur.execute(f"SELECT COUNT(*) FROM {quote_identifier(database)}.{TABLE}")
                 rows_match = int(cur.fetchone()[0]) == _delta_row_count(pipeline.delta.table_uri(TABLE))
             delays, made, load_rate = measure_freshness(stack, pipeline, spark, freshness_seconds)
         finally:
@@ -343,7 +344,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20) -
     finally:
         peak = sampler.stop()
         with stack.mariadb.connect() as root, root.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+            cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
         shutil.rmtree(work, ignore_errors=True)
     raw_rate = generated / raw_seconds
     e2e_rate = generated / e2e_seconds

@@ -10,6 +10,8 @@ from importlib import resources
 
 import pymysql
 
+from lakesync.core.identifiers import quote_identifier
+
 DEMO_TABLES = ("customers", "accounts", "transactions", "daily_balances", "audit_log")
 
 
@@ -23,9 +25,9 @@ def create_demo_database(conn: pymysql.connections.Connection, database: str, *,
     """Create ``database`` with the demo tables (``replace`` drops an existing one first)."""
     with conn.cursor() as cur:
         if replace:
-            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4")
-        cur.execute(f"USE `{database}`")
+            cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)} CHARACTER SET utf8mb4")
+        cur.execute(f"USE {quote_identifier(database)}")
         cur.execute("SHOW TABLES")
         existing = {row[0] for row in cur.fetchall()}
         for statement in schema_statements():
@@ -38,7 +40,7 @@ def seed_demo_data(conn: pymysql.connections.Connection, database: str, *, custo
                    transactions: int = 2_000) -> None:
     """Customers with one account each, ``transactions`` bookings, and yesterday's balances."""
     with conn.cursor() as cur:
-        cur.execute(f"USE `{database}`")
+        cur.execute(f"USE {quote_identifier(database)}")
         cur.execute(
             "INSERT INTO customers (full_name, email, segment, profile) "
             "SELECT CONCAT('Kunde ', seq, ' Müller-Łukasz 銀行'), CONCAT('c', seq, '@bank.example'), "
@@ -62,7 +64,7 @@ def seed_transactions(conn: pymysql.connections.Connection, database: str, *, ro
                       start_id: int = 1) -> None:
     """``rows`` bookings like the demo's, generated on the server (used by the benchmarks too)."""
     with conn.cursor() as cur:
-        cur.execute(f"USE `{database}`")
+        cur.execute(f"USE {quote_identifier(database)}")
         done = 0
         while done < rows:
             step = min(500_000, rows - done)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from lakesync.core.identifiers import quote_identifier
+
 
 @dataclass
 class LoadReport:
@@ -39,7 +41,7 @@ class DemoWorkload:
         self.database = database
         self.random = random.Random(seed)
         with conn.cursor() as cur:
-            cur.execute(f"USE `{database}`")
+            cur.execute(f"USE {quote_identifier(database)}")
             cur.execute("SELECT account_no FROM accounts")
             self.accounts = [row[0] for row in cur.fetchall()]
             cur.execute("SELECT COALESCE(MAX(id), 0) FROM customers")

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from lakesync.core.errors import StackError
+from lakesync.core.state_files import write_json_atomically
 from lakesync_devkit.dev.airflow_home import airflow_env, prepare_airflow_home
 from lakesync_devkit.dev.broker import Broker
 from lakesync_devkit.dev.mariadb import MariaDBServer
@@ -95,11 +96,7 @@ class DevStack:
         return self._settings
 
     def _save(self, settings: StackSettings) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.settings_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(settings), indent=2))
-        tmp.chmod(0o600)
-        tmp.replace(self.settings_file)
+        write_json_atomically(self.settings_file, asdict(settings), private=True)
         self._settings = settings
 
     # -- components -----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -29,6 +29,8 @@ Modes:
               keeps the chunks it already wrote.
 
 Running it again resumes: tables already done are skipped (use --restart to load everything again).
+A table the stream stopped (a schema change it could not follow) is not done: it is loaded again, and the
+stream resumes it from this load's position.
 """
 
 
@@ -62,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), TextColumn("{task.completed:>12,} rows"),
                         _RowsPerSecond(), TimeRemainingColumn(), console=console, transient=False)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def on_progress(table: str, rows: int, total: int) -> None:
         if table not in tasks:
@@ -76,6 +78,9 @@ def _run(args: argparse.Namespace) -> int:
         for result in results:
             if result.table in tasks:
                 progress.update(tasks[result.table], completed=result.rows, total=result.rows)
+    for name, reason in load.stopped_reloaded.items():
+        console.print(f"[yellow]{name}[/]: loaded again, as the stream had stopped it ({reason[:300]}); the "
+                      "stream resumes it from this load")
     Console().print(summary_table(results, mode=load.mode or ""))
     position = load.state.position
     console.print(f"load position: {position}  (recorded in {load.state.path})")

@@ -52,13 +52,21 @@ class TableSettings(_Strict):
     chunk_rows: int | None = Field(default=None, gt=0)
 
 
+#: Names gh-ost and pt-online-schema-change give their shadow, changelog and old copies of table ``t``.
+ONLINE_SCHEMA_CHANGE_SHADOW = re.compile(r"^_.+_(gho|ghc|del|new|old)$")
+
+
 class Tables(_Strict):
     include: list[str] = Field(default_factory=lambda: ["*"])
     exclude: list[str] = Field(default_factory=list)
     overrides: dict[str, TableSettings] = Field(default_factory=dict)
 
     def selects(self, table: str) -> bool:
-        """Include/exclude by name or shell pattern (``audit_*``); exclude wins."""
+        """Include/exclude by name or shell pattern (``audit_*``); exclude wins. The shadow tables of online
+        schema change tools (gh-ost's ``_t_gho``/``_t_ghc``/``_t_del``, pt-online-schema-change's
+        ``_t_new``/``_t_old``) are never selected: their rows reach ``t`` by its own events or its re-load."""
+        if ONLINE_SCHEMA_CHANGE_SHADOW.match(table):
+            return False
         included = any(fnmatch.fnmatchcase(table, pattern) for pattern in self.include)
         return included and not any(fnmatch.fnmatchcase(table, pattern) for pattern in self.exclude)
 
@@ -111,6 +119,11 @@ class Stream(_Strict):
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     tombstone_retention_hours: float = Field(default=7 * 24, gt=0)
     lag_alert_seconds: float = Field(default=300, gt=0)
+    reload_on_schema_change: bool = Field(
+        default=True,
+        description="Re-load a table from the stream when a DDL can't be followed in place (the stream waits "
+        "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
+    )
 
 
 class Settlement(_Strict):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
@@ -39,9 +39,9 @@ class MySQLConnection:
     database: str | None = None
     ssl: dict[str, str] = field(default_factory=dict)
 
-    def pymysql_kwargs(self) -> dict[str, object]:
+    def pymysql_kwargs(self) -> dict[str, Any]:
         """Arguments for ``pymysql.connect`` (and python-mysql-replication's connection settings)."""
-        kwargs: dict[str, object] = {
+        kwargs: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
             "user": self.user,
@@ -63,7 +63,7 @@ class MySQLConnection:
         import pymysql  # not at import time: DAG files import this module while Airflow parses them
 
         try:
-            conn = pymysql.connect(**self.pymysql_kwargs(), autocommit=autocommit)  # type: ignore[arg-type]
+            conn = pymysql.connect(**self.pymysql_kwargs(), autocommit=autocommit)
         except pymysql.MySQLError as exc:
             raise SourceError(f"cannot connect to the source {self.describe()}: {exc}",
                               hint=f"check the Airflow connection {conn_id!r}") from exc
@@ -104,14 +104,14 @@ def _raw_connection(conn_id: str) -> dict[str, object]:
     }
 
 
-def mysql_connection_from_fields(fields: dict[str, object], *, conn_id: str, ssl: dict[str, str] | None = None
+def mysql_connection_from_fields(fields: Mapping[str, object], *, conn_id: str, ssl: dict[str, str] | None = None
                                  ) -> MySQLConnection:
     """Build from Airflow connection fields (``host``, ``port``, ``login``, ``password``, ``schema``)."""
     if not fields.get("host"):
         raise ConfigError(f"connection {conn_id!r} has no host")
     return MySQLConnection(
         host=str(fields["host"]),
-        port=int(fields.get("port") or 3306),  # type: ignore[arg-type]
+        port=int(str(fields.get("port") or 3306)),
         user=str(fields.get("login") or ""),
         password=SecretStr(str(fields.get("password") or "")),
         database=(str(fields["schema"]) if fields.get("schema") else None),
@@ -135,7 +135,10 @@ def kafka_client_config(pipeline: Pipeline) -> dict[str, str]:
         extra = fields.get("extra") or {}
         if isinstance(extra, str):
             extra = json.loads(extra or "{}")
-        settings = {**{str(k): str(v) for k, v in dict(extra).items()}, **settings}  # type: ignore[arg-type]
+        if not isinstance(extra, dict):
+            raise ConfigError(f"the extra field of connection {pipeline.kafka.conn_id!r} is not a JSON object",
+                              hint='write it as {"bootstrap.servers": "host:9092", ...}')
+        settings = {**{str(k): str(v) for k, v in extra.items()}, **settings}
         if "bootstrap.servers" not in settings and fields.get("host"):
             settings["bootstrap.servers"] = f"{fields['host']}:{fields.get('port') or 9092}"
         if "bootstrap.servers" not in settings:

@@ -8,22 +8,54 @@ prints the message without a traceback; ``--debug`` shows the chain.
 
 from __future__ import annotations
 
+import json
+from typing import ClassVar
+
+#: Starts the note that carries a :class:`LakesyncError` across a process boundary as one JSON line.
+CARRIED_MARKER = "lakesync-error: "
+
 
 class LakesyncError(Exception):
     """Base class: a failure lakesync understands and can explain.
 
     ``hint`` is the "what to do" part, kept apart so the CLI and the Airflow view can show it on its own line.
+
+    Spark hands the driver an error raised in one of its Python workers (a data source's planning and reads,
+    ``foreachBatch``) only as text: the worker's formatted traceback inside Spark's own exception. So every
+    lakesync error carries a note (printed in tracebacks, not part of ``str()``) with its kind, message and
+    hint as one JSON line, from which :func:`carried_error` rebuilds it on the driver, with no parsing of
+    traceback layout or message wording.
     """
 
     exit_code = 2
+    _kinds: ClassVar[dict[str, type[LakesyncError]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        LakesyncError._kinds[cls.__name__] = cls
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.add_note(CARRIED_MARKER + json.dumps({"kind": type(self).__name__, "message": message, "hint": hint}))
 
     def __str__(self) -> str:
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+def carried_error(text: str) -> LakesyncError | None:
+    """The lakesync error whose note appears last in ``text`` (the one raised last, as tracebacks print
+    causes first), rebuilt as its own class; None when ``text`` carries none."""
+    start = text.rfind(CARRIED_MARKER)
+    if start < 0:
+        return None
+    try:
+        payload, _ = json.JSONDecoder().raw_decode(text, start + len(CARRIED_MARKER))
+        kind = LakesyncError._kinds.get(payload["kind"], LakesyncError)
+        return kind(str(payload["message"]), hint=payload["hint"])
+    except (ValueError, KeyError, TypeError):  # cut short or altered on the way: no error to rebuild
+        return None
 
 
 class ConfigError(LakesyncError):
@@ -36,6 +68,11 @@ class SourceError(LakesyncError):
 
 class BinlogPurgedError(SourceError):
     """The binlog position we need is no longer on the server."""
+
+
+class ServerIdInUseError(SourceError):
+    """Another replica or binlog reader registered on the source uses the pipeline's server id (it may be
+    this relay's own connection from before a crash, until the source notices it is gone)."""
 
 
 class GapError(LakesyncError):
@@ -55,7 +92,7 @@ class SinkError(LakesyncError):
 
 
 class ValidationMismatch(LakesyncError):
-    """Source and Delta differ after re-checks; the differing keys are in ``details``."""
+    """Source and Delta differ after re-checks; the message names the tables (and the first keys) that differ."""
 
     exit_code = 3
 

@@ -7,8 +7,8 @@ Two modes (``snapshot.mode`` in the pipeline, ``--mode`` on the command line):
   reading happens here (the Spark app runs it on the driver). An interrupted table is read again from a
   new snapshot (its rows must all come from one snapshot); tables already done are not read again.
 * **chunked**: each key range is read in its own statement, on its own connection, tagged with the
-  position read *before* its SELECT, and written as a Parquet file by whoever runs the chunks (a thread
-  pool here, Spark tasks in ``spark_apps/full_load.py``). The table's files are committed in one Delta
+  position read *before* its SELECT, and written as a Parquet file by whoever runs the chunks
+  (:mod:`lakesync.full_load.chunk_runners`: a thread pool, or Spark tasks in ``spark_apps/full_load.py``). The table's files are committed in one Delta
   transaction when all its chunks are written, and the table is recorded at its smallest chunk position:
   the stream replays from there and repairs whatever moved during the read (the sink keeps the larger
   position per key). No lock, and an interrupted table keeps the chunks it wrote.
@@ -20,34 +20,31 @@ which the relay reads to know where the stream must start.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
-import json
 import logging
-import os
 import queue
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import pymysql
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection, mysql_connection
-from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError, SourceError
+from lakesync.core.errors import ConfigError, SinkError, SourceError
 from lakesync.core.positions import SourcePosition
-from lakesync.core.table_layout import OP, POS, TS
+from lakesync.core.table_layout import POS
+from lakesync.full_load.chunk_runners import KEYLESS_BATCH_ROWS, ChunkRunner, ChunkTask, ThreadChunkRunner
+from lakesync.full_load.key_ranges import range_from_json, range_to_json
+from lakesync.full_load.layout import TABLE_CONFIGURATION, RowTagger, commit_metadata, delta_schema
+from lakesync.full_load.parquet_writer import write_part
+from lakesync.full_load.source_errors import read_errors
 from lakesync.full_load.state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
 from lakesync.sink.delta import DeltaSink, snapshot_transaction
 from lakesync.source.schema import list_tables
@@ -61,14 +58,11 @@ from lakesync.source.table_reader import (
     plan_ranges,
     rows_per_read,
 )
+from lakesync.stream.progress import stopped_since_load
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_OP = "r"
-#: Delta table settings every lakesync table gets (the stream and the nightly validation read the feed).
-TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
-#: Rows per batch when a table without a key is streamed whole, and batches per file (consistent mode).
-KEYLESS_BATCH_ROWS = 100_000
+#: Batches per file when a table without a key is streamed whole (consistent mode).
 KEYLESS_FILE_BATCHES = 10
 READ_THREADS_PER_CONNECTION = 2
 ProgressCallback = Callable[[str, int, int], None]
@@ -90,221 +84,6 @@ class TableResult:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-# -- the rows as Delta stores them ----------------------------------------------------------------------------
-def delta_schema(source_schema: pa.Schema) -> pa.Schema:
-    """The source columns plus the position columns the sink compares (see :mod:`lakesync.core.positions`)."""
-    return source_schema.append(pa.field(POS, pa.string(), nullable=False)).append(
-        pa.field(OP, pa.string(), nullable=False)).append(pa.field(TS, pa.int64(), nullable=False))
-
-
-class RowTagger:
-    """Adds the position columns to parts of one table. Their values are the same for every row, so the
-    arrays are built once and sliced (zero-copy) per part, instead of costing ~0.1 s per million rows."""
-
-    def __init__(self, schema: pa.Schema, position: SourcePosition, ts_ms: int) -> None:
-        self.schema = schema
-        self._values = (pa.scalar(position.key()), pa.scalar(SNAPSHOT_OP), pa.scalar(ts_ms, pa.int64()))
-        self._constants = [pa.repeat(value, 0) for value in self._values]
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        rows = table.num_rows
-        constants = self._constants
-        if len(constants[0]) < rows:  # a benign race between worker threads: both build the same arrays
-            constants = self._constants = [pa.repeat(value, rows) for value in self._values]
-        return pa.Table.from_arrays([*table.columns, *(array.slice(0, rows) for array in constants)],
-                                    schema=self.schema)
-
-
-def commit_metadata(position: SourcePosition, *, table: str, mode: str, ts_ms: int) -> dict[str, str | int]:
-    """What each load commit carries in its commit info (the same keys as ``DeltaSink.write_snapshot``), so
-    people can read the position from the table's history. delta-rs 1.6 refuses table properties outside
-    the ``delta.*`` set, so commit info is the place; the sink itself reads the app transaction."""
-    return {
-        "lakesync.operation": "snapshot",
-        "lakesync.snapshot.position": position.key(),
-        "lakesync.snapshot.token": position.token(),
-        "lakesync.snapshot.gtid": position.gtid or "",
-        "lakesync.snapshot.ts_ms": ts_ms,
-        "lakesync.snapshot.mode": mode,
-        "lakesync.table": table,
-    }
-
-
-# -- chunks (chunked mode) --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ChunkTask:
-    """Everything a worker (a thread or a Spark task) needs to read one key range and write it as Parquet."""
-
-    connection: MySQLConnection
-    shape: TableShape
-    key_range: KeyRange
-    table_uri: str
-    ts_ms: int
-
-
-def _table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in table_uri:
-        return pafs.FileSystem.from_uri(table_uri)
-    return pafs.LocalFileSystem(), os.path.abspath(table_uri)
-
-
-def _stats_value(value: Any) -> Any:
-    """A min/max in Delta's JSON stats form, or None where an exact form is not worth the trouble."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | str):
-        return value
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else None
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return value.isoformat()
-    return None
-
-
-class _FileStats:
-    """Delta add-action statistics: row count, and exact min/max/null count of the columns MERGE prunes by
-    (the key and ``_lakesync_pos``), so the stream's MERGE can skip files of a big table."""
-
-    def __init__(self, columns: Sequence[str]) -> None:
-        self.columns = list(columns)
-        self.rows = 0
-        self.low: dict[str, Any] = {}
-        self.high: dict[str, Any] = {}
-        self.nulls: dict[str, int] = {}
-        self.exact = set(self.columns)
-
-    def add(self, table: pa.Table) -> None:
-        self.rows += table.num_rows
-        for name in self.columns:
-            column = table.column(name)
-            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
-            if column.null_count == len(column) or name not in self.exact:
-                continue
-            extremes = pc.min_max(column).as_py()
-            low, high = _stats_value(extremes["min"]), _stats_value(extremes["max"])
-            if low is None or high is None:
-                self.exact.discard(name)
-                continue
-            self.low[name] = low if name not in self.low else min(self.low[name], low)
-            self.high[name] = high if name not in self.high else max(self.high[name], high)
-
-    def to_json(self) -> str:
-        kept = [name for name in self.columns if name in self.exact and name in self.low]
-        return json.dumps({
-            "numRecords": self.rows,
-            "minValues": {name: self.low[name] for name in kept},
-            "maxValues": {name: self.high[name] for name in kept},
-            "nullCount": {name: self.nulls.get(name, 0) for name in kept},
-        })
-
-
-def write_part(table_uri: str, schema: pa.Schema, parts: Iterable[pa.Table], *, stats_columns: Sequence[str]
-               ) -> tuple[str, int, int, str]:
-    """Write tagged rows as one Parquet file in the table folder; ``(relative path, bytes, rows, stats)``.
-
-    The file is invisible to readers until a commit adds it; a load that fails leaves it for VACUUM.
-    """
-    filesystem, root = _table_filesystem(table_uri)
-    name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-    stats = _FileStats(stats_columns)
-    try:
-        filesystem.create_dir(root, recursive=True)
-        # Dictionary encoding only for the constant columns: on the source columns it costs half the encoding
-        # time and, for mostly unique values, makes the file bigger, not smaller.
-        with filesystem.open_output_stream(f"{root}/{name}") as sink, \
-                pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=[POS, OP]) as writer:
-            for part in parts:
-                writer.write_table(part)
-                stats.add(part)
-        size = filesystem.get_file_info(f"{root}/{name}").size or 0
-    except OSError as exc:  # a full disk, a missing permission, an unreachable object store
-        raise SinkError(
-            f"writing a data file of {table_uri} failed: {exc}; nothing of this table was committed",
-            hint="free space or fix access under delta.root, then run the load again (it resumes; files "
-            "written but never committed are invisible and VACUUM removes them)",
-        ) from exc
-    return name, int(size), stats.rows, stats.to_json()
-
-
-def load_chunk(task: ChunkTask) -> ChunkDone:
-    """Read one key range in one statement, tagged with the position read just before it; write it as a
-    Parquet file in the table folder (invisible until the driver commits it)."""
-    reader = RangeReader(task.shape)
-    schema = delta_schema(reader.schema)
-    conn = connect(task.connection, database=task.shape.database)
-    try:
-        position = current_position(conn)
-        with _read_errors(task.shape.name):
-            tag = RowTagger(schema, position, task.ts_ms)
-            parts = (tag(part) for part in _read_chunk(conn, reader, task.key_range))
-            name, size, rows, stats = write_part(task.table_uri, schema, parts,
-                                                 stats_columns=[*task.shape.key_columns, POS])
-    finally:
-        conn.close()
-    return ChunkDone(chunk_id=task.key_range.chunk_id, path=name, size=size, rows=rows,
-                     position_key=position.key(), position=position_to_json(position), stats=stats)
-
-
-def _read_chunk(conn: pymysql.connections.Connection, reader: RangeReader, key_range: KeyRange) -> Iterator[pa.Table]:
-    if reader.shape.has_key:
-        with conn.cursor() as cursor:
-            yield reader.read_range(cursor, key_range)
-    else:
-        yield from reader.stream_all(conn, KEYLESS_BATCH_ROWS)
-
-
-class ChunkRunner(Protocol):
-    """Runs :func:`load_chunk` over tasks, calling ``on_done`` on the caller's thread as each one finishes."""
-
-    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None: ...
-
-
-@dataclass
-class ThreadChunkRunner:
-    """Chunks on a local thread pool (the reads and Arrow's parsing release the GIL)."""
-
-    workers: int = 2
-
-    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
-        _run_pool(self.workers, load_chunk, tasks, on_done)
-
-
-@dataclass
-class SparkChunkRunner:
-    """Chunks as Spark tasks, read and written on the executors; the driver only commits.
-
-    One small job per chunk, submitted from as many driver threads as the cluster has cores, so that each
-    finished chunk is recorded in the state file at once (one big job would report nothing until its last
-    task ended, and an interruption would lose the record of every chunk it wrote).
-    """
-
-    spark: Any  # pyspark.sql.SparkSession; not imported here, so the library does not need Spark to load
-
-    def run(self, tasks: Sequence[ChunkTask], on_done: Callable[[ChunkDone], None]) -> None:
-        context = self.spark.sparkContext
-
-        def one(task: ChunkTask) -> ChunkDone:
-            context.setJobDescription(f"lakesync full load {task.shape.name} chunk {task.key_range.chunk_id}")
-            return context.parallelize([task], 1).map(load_chunk).collect()[0]
-
-        _run_pool(max(1, context.defaultParallelism), one, tasks, on_done)
-
-
-def _run_pool(workers: int, work: Callable[[ChunkTask], ChunkDone], tasks: Sequence[ChunkTask],
-              on_done: Callable[[ChunkDone], None]) -> None:
-    """Run ``work`` over ``tasks`` on ``workers`` threads; ``on_done`` runs on the calling thread."""
-    with ThreadPoolExecutor(workers, thread_name_prefix="lakesync-chunk") as pool:
-        pending = {pool.submit(work, task) for task in tasks}
-        try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    on_done(future.result())
-        finally:
-            for future in pending:
-                future.cancel()
-
-
 # -- the load -------------------------------------------------------------------------------------------------
 @dataclass
 class FullLoad:
@@ -319,6 +98,8 @@ class FullLoad:
     chunk_runner: ChunkRunner | None = None
     connection: MySQLConnection | None = None
     state: LoadState = field(init=False)
+    #: tables this run loads again because the stream stopped them after their last load (name -> reason)
+    stopped_reloaded: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mode = self.mode or self.pipeline.snapshot.mode
@@ -341,6 +122,11 @@ class FullLoad:
             control.close()
         if self.restart:
             self.state.forget(tables)
+        done = {name: self.state.tables[name].position_key for name in tables if self.state.is_done(name)}
+        self.stopped_reloaded = stopped_since_load(self.pipeline.pipeline_state_dir, done, tables)
+        if self.stopped_reloaded:  # a table the stream stopped is not done: its Delta table lags the source
+            log.warning("loading again the tables the stream stopped: %s", ", ".join(self.stopped_reloaded))
+            self.state.forget(list(self.stopped_reloaded))
         if self.state.started_at is None or self.state.finished_at is not None:
             self.state.started_at, self.state.finished_at = utc_now(), None
         self.state.mode = self.mode
@@ -387,7 +173,7 @@ class FullLoad:
 
     def _describe(self, conn: pymysql.connections.Connection, name: str) -> TableShape:
         settings = self.pipeline.tables.settings_for(name)
-        with _read_errors(name):
+        with read_errors(name):
             return describe_table(conn, self.database, name, key_columns=settings.key_columns)
 
     def _chunk_rows(self, name: str) -> int:
@@ -424,7 +210,7 @@ class FullLoad:
         self.state.save()
         conn = snapshot.connections[0]
         shape = self._describe(conn, name)
-        with conn.cursor() as cursor, _read_errors(name):
+        with conn.cursor() as cursor, read_errors(name):
             ranges = plan_ranges(cursor, shape, rows_per_read(shape, cursor, self._chunk_rows(name)))
         total = max(shape.estimated_rows, 1)
         parts: list[ChunkDone] = []
@@ -453,7 +239,7 @@ class FullLoad:
                              position_to_json(snapshot.position), stats)
 
         if not shape.has_key:  # one connection streams it; a file per KEYLESS_FILE_BATCHES batches
-            with _read_errors(shape.name):
+            with read_errors(shape.name):
                 batches = reader.stream_all(snapshot.connections[0], KEYLESS_BATCH_ROWS)
                 while first := next(batches, None):
                     group = itertools.chain([first], itertools.islice(batches, KEYLESS_FILE_BATCHES - 1))
@@ -472,7 +258,7 @@ class FullLoad:
                 cursors.put(cursor)
 
         def read_and_write(key_range: KeyRange) -> ChunkDone:
-            with _read_errors(shape.name):
+            with read_errors(shape.name):
                 table = reader.read_range_with(borrow, key_range)
             return write([table], key_range.chunk_id)
 
@@ -557,13 +343,13 @@ class FullLoad:
             try:
                 shape = self._describe(conn, name)
                 if not entry.ranges:  # a resumed table keeps the ranges of its first attempt
-                    with conn.cursor() as cursor, _read_errors(name):
+                    with conn.cursor() as cursor, read_errors(name):
                         planned = plan_ranges(cursor, shape, rows_per_read(shape, cursor, self._chunk_rows(name)))
-                    entry.ranges = [_range_to_json(r) for r in planned]
+                    entry.ranges = [range_to_json(r) for r in planned]
             finally:
                 conn.close()
             self.state.save()
-            ranges = [_range_from_json(r) for r in entry.ranges]
+            ranges = [range_from_json(r) for r in entry.ranges]
             done = entry.chunk_ids()
             total = max(shape.estimated_rows, 1)
             ts_ms = int(time.time() * 1000)
@@ -586,50 +372,3 @@ class FullLoad:
         position = min(position_from_json(chunk.position) for chunk in chunks)
         version = self._commit_parts(name, shape, chunks, position, mode="chunked")
         return self._finish(name, sum(chunk.rows for chunk in chunks), version, position, started)
-
-
-def _range_to_json(key_range: KeyRange) -> dict[str, Any]:
-    return {"chunk_id": key_range.chunk_id, "lower": _key_to_json(key_range.lower),
-            "upper": _key_to_json(key_range.upper)}
-
-
-def _range_from_json(document: dict[str, Any]) -> KeyRange:
-    return KeyRange(document["chunk_id"], _key_from_json(document["lower"]), _key_from_json(document["upper"]))
-
-
-def _key_to_json(values: tuple[Any, ...] | None) -> list[Any] | None:
-    """Key values as JSON: ints and strings as they are, anything else as its SQL literal text, which the
-    server compares the same way (dates, decimals); bytes as hex."""
-    if values is None:
-        return None
-    return [v if isinstance(v, int | str) else {"hex": v.hex()} if isinstance(v, bytes) else {"text": str(v)}
-            for v in values]
-
-
-def _key_from_json(values: list[Any] | None) -> tuple[Any, ...] | None:
-    if values is None:
-        return None
-    return tuple(bytes.fromhex(v["hex"]) if isinstance(v, dict) and "hex" in v
-                 else v["text"] if isinstance(v, dict) else v for v in values)
-
-
-@contextmanager
-def _read_errors(table: str) -> Iterator[None]:
-    """Turns server errors met while reading a table into :class:`LakesyncError` s that name the table."""
-    try:
-        yield
-    except pymysql.MySQLError as exc:
-        code = exc.args[0] if exc.args else None
-        message = exc.args[-1] if exc.args else str(exc)
-        if code in (1142, 1143):
-            raise SourceError(
-                f"the lakesync user may not read table {table}: {message}",
-                hint=f"GRANT SELECT ON <database>.{table} (or the whole database) TO the lakesync user",
-            ) from exc
-        if code in (1146, 1412, 1054):
-            raise SchemaChangeError(
-                f"table {table} was dropped or altered while it was being loaded: {message}",
-                hint=f"nothing of {table} was committed; run the load again (add --tables {table})",
-            ) from exc
-        raise SourceError(f"reading table {table} failed: {message}",
-                          hint="nothing of this table was committed; run the load again to resume") from exc

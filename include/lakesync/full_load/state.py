@@ -20,7 +20,6 @@ half-written file behind.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Literal
 
 from lakesync.core.errors import ConfigError
 from lakesync.core.positions import SourcePosition
+from lakesync.core.state_files import write_json_atomically
 
 STATE_FILE_NAME = "full_load.json"
 TableStatus = Literal["in_progress", "done"]
@@ -139,7 +139,4 @@ class LoadState:
         }
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=False))
-        tmp.replace(self.path)
+        write_json_atomically(self.path, self.to_json())

@@ -124,7 +124,7 @@ def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callab
             msg = consumer.poll(min(remaining, 1.0))
             if msg is None:
                 continue
-            tp = (msg.topic(), msg.partition())
+            tp, _ = _where(msg)
             error = msg.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
@@ -157,8 +157,8 @@ def true_end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: f
     ends = dict(starts)
 
     def track(msg: Message) -> bool:
-        tp = (msg.topic(), msg.partition())
-        ends[tp] = msg.offset() if msg.error() else max(ends[tp], msg.offset() + 1)
+        tp, offset = _where(msg)
+        ends[tp] = offset if msg.error() else max(ends[tp], offset + 1)
         return False
 
     _read_until(consumer, starts, track, timeout=timeout)
@@ -170,8 +170,24 @@ def true_end_offset(consumer: Consumer, topic: str, partition: int, *, timeout: 
     return true_end_offsets(consumer, [(topic, partition)], timeout=timeout)[(topic, partition)]
 
 
+def message_offset(msg: Message) -> int:
+    """The offset of a message or partition-EOF event a consumer returned (always set there; the client's
+    types leave it optional because a message being produced has none yet)."""
+    offset = msg.offset()
+    assert offset is not None
+    return offset
+
+
+def _where(msg: Message) -> tuple[TP, int]:
+    """A polled message's partition and offset (see :func:`message_offset`)."""
+    topic, partition = msg.topic(), msg.partition()
+    assert topic is not None and partition is not None
+    return (topic, partition), message_offset(msg)
+
+
 def _header(msg: Message, name: str) -> str | None:
-    for key, value in msg.headers() or ():
+    headers = msg.headers() or []
+    for key, value in headers.items() if isinstance(headers, dict) else headers:
         if key == name:
             return value.decode() if isinstance(value, bytes) else value
     return None
@@ -189,7 +205,8 @@ def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *
         if key is None:
             raise ConfigError(f"message {msg.topic()}/{msg.partition()}@{msg.offset()} has no {header!r} header",
                               hint="seeking by source position needs topics written by the lakesync relay")
-        found[(msg.topic(), msg.partition())] = (msg.offset(), key)
+        tp, offset = _where(msg)
+        found[tp] = (offset, key)
         return True
 
     _read_until(consumer, starts, take, timeout=timeout)

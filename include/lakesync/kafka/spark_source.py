@@ -44,7 +44,7 @@ from pyspark.sql.types import (
 from lakesync.core.errors import BrokerError, ConfigError, GapError
 from lakesync.kafka import offsets as kafka_offsets
 from lakesync.kafka.config import EARLIEST, LATEST, KafkaSourceOptions, OffsetSpec
-from lakesync.kafka.offsets import TP
+from lakesync.kafka.offsets import TP, message_offset
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -170,14 +170,14 @@ def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_tim
                 raise BrokerError(f"reading {where} failed: {exc}") from exc
             batch = []
             for msg in messages:
-                error = msg.error()
-                if error is None and msg.offset() < part.end:
+                error, offset = msg.error(), message_offset(msg)
+                if error is None and offset < part.end:
                     batch.append(msg)
                 elif error is None:
                     reached_end = True  # compaction left no message right before the end
                     break
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    _check_log_end(where, msg.offset(), part.end)
+                    _check_log_end(where, offset, part.end)
                 elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                     raise GapError(f"offsets [{part.start}, {part.end}) of {where} are no longer in the log",
                                    hint="retention removed them; re-run the full load, or see failOnDataLoss "
@@ -185,7 +185,7 @@ def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_tim
                 else:
                     raise BrokerError(f"reading {where} failed: {error}", hint="check the broker and kafka.* options")
             if batch:
-                next_offset, last_progress = batch[-1].offset() + 1, time.monotonic()
+                next_offset, last_progress = message_offset(batch[-1]) + 1, time.monotonic()
                 yield _record_batch(batch)
                 continue
             # Past the log end the embedded broker answers with nothing at all, not "out of range"; the

@@ -25,6 +25,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import BrokerError
 from lakesync.core.positions import SourcePosition
+from lakesync.kafka.offsets import message_offset
 from lakesync.relay.publisher import Publisher
 
 OFFSETS_TOPIC_TABLE = "_lakesync_offsets"
@@ -118,10 +119,11 @@ class ProgressStore:
                     continue
                 if message.error():
                     raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {message.error()}")
-                if message.offset() >= high - 1:
+                if message_offset(message) >= high - 1:
                     seen_last = True
-                if message.key() == key and message.value():
-                    latest = RelayProgress.from_json(message.value())
+                value = message.value()
+                if message.key() == key and value:
+                    latest = RelayProgress.from_json(value)
             return latest
         except KafkaException as exc:
             raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {exc}",

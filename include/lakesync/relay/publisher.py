@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -92,11 +92,11 @@ class Publisher:
         if error is not None:
             self._errors.append(str(error))
 
-    def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    def send(self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
         """Queue one record; blocks (serving delivery reports) while the local queue is full."""
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=headers, on_delivery=self._on_delivery)
+                self._producer.produce(topic, value, key, headers=list(headers), on_delivery=self._on_delivery)
                 break
             except BufferError:
                 self._producer.poll(0.05)

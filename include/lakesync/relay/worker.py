@@ -17,14 +17,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pymysql
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
-from lakesync.core.errors import BrokerError, LakesyncError, SchemaChangeError, SourceError
+from lakesync.core.errors import (
+    BrokerError,
+    LakesyncError,
+    ServerIdInUseError,
+    SourceError,
+)
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import (
     SCHEMA_TOPIC_TABLE,
@@ -158,8 +163,8 @@ class Relay:
             try:
                 check_server_id_unique(conn, self.pipeline.source.server_id)
                 return
-            except SourceError as exc:
-                if "already used" not in exc.message or time.monotonic() > deadline:
+            except ServerIdInUseError:
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 
@@ -191,13 +196,11 @@ class Relay:
             if not (ours or renamed_in):
                 continue
             if change.kind == UNKNOWN:
-                raise SchemaChangeError(
-                    f"cannot understand a DDL statement on the selected table {change.db}.{change.table} at "
-                    f"{item.position}: {change.reason}\n    {item.sql.strip()[:500]}",
-                    hint="apply the change to the Delta table by hand (or re-run the full load for this table), "
-                    f"then restart the relay with --from-position after this statement "
-                    f"({item.position.file}:{item.position.offset})",
-                )
+                # Never the end of the relay: the stream stops this one table and says how to re-load it.
+                log.warning("cannot understand a DDL statement on the selected table %s.%s at %s (%s); the "
+                            "stream will stop that table: %s", change.db, change.table, item.position,
+                            change.reason, item.sql.strip()[:500])
+                change = replace(change, changes=({"change": "unknown", "reason": change.reason},))
             out.append(self._schema_event(change, item, table=change.table))
         return out
 

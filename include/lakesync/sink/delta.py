@@ -32,6 +32,7 @@ from deltalake.schema import Field as DeltaField
 
 from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError
 from lakesync.core.positions import SourcePosition
+from lakesync.sink import schema_evolution
 from lakesync.sink.changes import (
     META_FIELDS,
     POS,
@@ -430,6 +431,14 @@ class DeltaSink:
                 table.alter.add_columns(new)
             except DeltaError as exc:
                 raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
+
+    def make_nullable(self, names: list[str]) -> None:
+        """Let columns hold NULL (see :func:`lakesync.sink.schema_evolution.make_nullable`)."""
+        schema_evolution.make_nullable(self._open(), names, keep=self.key_columns, uri=self.table_uri)
+
+    def fill_columns(self, values: dict[str, str], *, before_position: str) -> None:
+        """Fill rows older than a DDL (see :func:`lakesync.sink.schema_evolution.fill_columns`)."""
+        schema_evolution.fill_columns(self._open(), values, before_position=before_position, uri=self.table_uri)
 
     def purge_tombstones(self, older_than_ms: int) -> int:
         """Drop tombstones of deletes older than ``older_than_ms`` (source time); returns how many."""

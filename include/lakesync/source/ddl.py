@@ -42,6 +42,38 @@ _TABLE_OF = re.compile(
     re.IGNORECASE,
 )
 _DROP_DATABASE = re.compile(rf"^\s*DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.IGNORECASE)
+_ALTER_HEAD = re.compile(
+    rf"^(\s*ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}"
+    rf"(?:\s+(?:WAIT\s+\d+|NOWAIT))?)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+#: ALTER TABLE actions that keep every column's name, type and value (indexes, rebuilds, storage and table
+#: options, partitioning that moves rows without changing them, a text character set change): dropped before
+#: sqlglot reads the rest, because it cannot read most of them and none of them matters to Delta.
+_HARMLESS_ACTION = re.compile(
+    r"^(RENAME\s+(INDEX|KEY)\b|FORCE$|ENGINE\b|ROW_FORMAT\b|AUTO_INCREMENT\b|ALGORITHM\b|LOCK\b|"
+    r"KEY_BLOCK_SIZE\b|STATS_\w+|CHECKSUM\b|PAGE_CHECKSUM\b|PACK_KEYS\b|MAX_ROWS\b|MIN_ROWS\b|"
+    r"AVG_ROW_LENGTH\b|COMPRESSION\b|ENCRYPTION\b|TRANSACTIONAL\b|COMMENT\b|"
+    r"(DEFAULT\s+)?(CHARACTER\s+SET|CHARSET|COLLATE)\b|"
+    r"CONVERT\s+TO\s+(CHARACTER\s+SET|CHARSET)\s+(?!['\"`]?binary\b)|"
+    r"(ENABLE|DISABLE)\s+KEYS\b|ALTER\s+(INDEX|KEY)\b|"
+    r"(ADD|COALESCE|REORGANIZE|ANALYZE|CHECK|OPTIMIZE|REBUILD|REPAIR)\s+PARTITION\b|"
+    r"PARTITION\s+BY\b|REMOVE\s+PARTITIONING\b|ORDER\s+BY\b|(IMPORT|DISCARD)\s+TABLESPACE\b|"
+    r"(WITH|WITHOUT)\s+VALIDATION\b|ADD\s+(INDEX|KEY|FULLTEXT|SPATIAL|UNIQUE)\b|"
+    r"DROP\s+(INDEX|KEY|FOREIGN\s+KEY|CHECK|CONSTRAINT)\b)",
+    re.IGNORECASE,
+)
+#: Actions that remove or swap rows without row events: Delta cannot follow them, the table must be re-loaded.
+_ROWS_CHANGED_ACTION = re.compile(
+    r"^((DROP|TRUNCATE|EXCHANGE)\s+PARTITION\b|CONVERT\s+(PARTITION|TABLE)\b|"
+    r"CONVERT\s+TO\s+(CHARACTER\s+SET|CHARSET)\s+['\"`]?binary\b)",
+    re.IGNORECASE,
+)
+#: MariaDB column types sqlglot cannot read, and a type it reads that maps to the same Delta type.
+_UNREAD_TYPES = re.compile(
+    r"(?<![\w`])(INET6|INET4)(?=\s*(?:[,)]|$|\s+(?:NOT|NULL|DEFAULT|COMMENT|AFTER|FIRST|PRIMARY|UNIQUE|KEY|"
+    r"CHARACTER|CHARSET|COLLATE|INVISIBLE|CHECK|REFERENCES)\b))",
+    re.IGNORECASE,
+)
+_STAND_INS = {"inet6": "VARCHAR(39)", "inet4": "VARCHAR(15)"}
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns on every statement it falls back on
 
@@ -82,8 +114,28 @@ def _table_name(table: exp.Table, default_db: str) -> tuple[str, str]:
 
 
 def _column_def(column: exp.ColumnDef) -> dict[str, Any]:
+    """Name and type; ``not_null`` and ``default`` only when the definition has them.
+
+    ``default`` is ``{"value": text}`` for a literal (numbers as written, strings unquoted) or
+    ``{"expression": sql}`` for anything else (``CURRENT_TIMESTAMP``): MySQL fills the rows that exist when
+    a column is added with its default, so the stream must know it.
+    """
     kind = column.args.get("kind")
-    return {"column": column.name, "type": kind.sql("mysql") if kind is not None else None}
+    out: dict[str, Any] = {"column": column.name, "type": kind.sql("mysql") if kind is not None else None}
+    for constraint in column.args.get("constraints") or []:
+        detail = constraint.args.get("kind")
+        if isinstance(detail, exp.NotNullColumnConstraint) and not detail.args.get("allow_null"):
+            out["not_null"] = True
+        elif isinstance(detail, exp.DefaultColumnConstraint):
+            value = detail.this
+            negative = isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal)
+            if negative:
+                out["default"] = {"value": "-" + value.this.name}
+            elif isinstance(value, exp.Literal):
+                out["default"] = {"value": value.name}
+            elif not isinstance(value, exp.Null):
+                out["default"] = {"expression": value.sql("mysql")}
+    return out
 
 
 def _alter_changes(actions: list[exp.Expression]) -> tuple[list[dict[str, Any]], str | None]:
@@ -141,6 +193,42 @@ def _rename_tables(body: str, default_db: str) -> list[DdlChange] | None:
     return out
 
 
+def _split_actions(body: str) -> list[str]:
+    """The comma-separated actions of an ALTER TABLE, commas inside parentheses or quotes left alone."""
+    actions, depth, quote, start = [], 0, "", 0
+    for index, char in enumerate(body):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            actions.append(body[start:index].strip())
+            start = index + 1
+    actions.append(body[start:].strip())
+    return [action for action in actions if action]
+
+
+def _without_harmless_actions(text: str, default_db: str) -> str | list[DdlChange]:
+    """An ALTER TABLE without the actions that change no column; the result when nothing else is left."""
+    match = _ALTER_HEAD.match(text)
+    if not match:
+        return text
+    head, body = match.group(1), match.group(4)
+    db, table = _split(match.group(2), match.group(3), default_db)
+    actions = _split_actions(body)
+    for action in actions:
+        if _ROWS_CHANGED_ACTION.match(action):
+            return [DdlChange(UNKNOWN, db, table, reason=f"{action!r} changes rows or column types in ways no row event shows")]
+    kept = [action for action in actions if not _HARMLESS_ACTION.match(action)]
+    if not kept:
+        return [DdlChange(ALTER_TABLE, db, table)]
+    return f"{head} {', '.join(kept)}" if len(kept) < len(actions) else text
+
+
 def parse_ddl(sql: str, *, default_db: str) -> list[DdlChange]:
     """The table-level effects of one statement; ``[]`` when it changes no table's rows or columns.
 
@@ -155,9 +243,14 @@ def parse_ddl(sql: str, *, default_db: str) -> list[DdlChange]:
     if match := _RENAME_TABLE.match(text):
         renamed = _rename_tables(match.group(1), default_db)
         return renamed if renamed is not None else _fallback(text, default_db, "cannot read RENAME TABLE")
+    text = _UNREAD_TYPES.sub(lambda m: _STAND_INS[m.group(1).lower()], text)
+    reduced = _without_harmless_actions(text, default_db)
+    if isinstance(reduced, list):
+        return reduced
+    text = reduced
     try:
         statement = sqlglot.parse_one(text, read="mysql")
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:
         return _fallback(text, default_db, f"sqlglot cannot parse it: {str(exc).splitlines()[0]}")
     if isinstance(statement, exp.Alter) and str(statement.args.get("kind", "")).upper() == "TABLE":
         db, table = _table_name(statement.this, default_db)

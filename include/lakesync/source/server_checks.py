@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 
-from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.errors import BinlogPurgedError, ServerIdInUseError, SourceError
 from lakesync.core.positions import SourcePosition
 
 log = logging.getLogger(__name__)
-_ACCESS_DENIED = (1227, 1045, 1142)
+_ACCESS_DENIED = (ER.SPECIFIC_ACCESS_DENIED_ERROR, ER.ACCESS_DENIED_ERROR, ER.TABLEACCESS_DENIED_ERROR)
 
 #: (variable, required value) checked by :func:`check_binlog_settings`, in the order a DBA fixes them.
 REQUIRED_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -137,7 +138,8 @@ def check_position_available(conn: Any, position: SourcePosition) -> None:
 
 
 def check_server_id_unique(conn: Any, server_id: int) -> None:
-    """Raise :class:`SourceError` when another replica or binlog reader already uses ``server_id``.
+    """Raise :class:`ServerIdInUseError` when another replica or binlog reader already uses ``server_id``
+    (:class:`SourceError` when it is the source's own server id).
 
     Two readers with one server id make the source kill the older connection, so two relays would
     take turns silently. The relay registers itself (``report_slave``), so a running relay shows in
@@ -154,7 +156,7 @@ def check_server_id_unique(conn: Any, server_id: int) -> None:
         else:
             raise
     if any(int(row[0]) == server_id for row in hosts):
-        raise SourceError(
+        raise ServerIdInUseError(
             f"server id {server_id} is already used by a replica of the source (SHOW SLAVE HOSTS)",
             hint="give this pipeline another source.server_id, unique among all replicas and binlog readers",
         )

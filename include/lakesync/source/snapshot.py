@@ -30,9 +30,11 @@ from types import TracebackType
 
 import pymysql
 import pymysql.cursors
+from pymysql.constants import ER
 
 from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import SourceError
+from lakesync.core.identifiers import quote_identifier
 from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import current_position, is_mariadb
 
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 
 #: ``GROUP_CONCAT`` results up to this size (the reader keeps each read well below max_allowed_packet).
 GROUP_CONCAT_MAX_LEN = 1 << 30
-_ACCESS_DENIED = {1044, 1045, 1142, 1227}
+_ACCESS_DENIED = {ER.DBACCESS_DENIED_ERROR, ER.ACCESS_DENIED_ERROR, ER.TABLEACCESS_DENIED_ERROR,
+                  ER.SPECIFIC_ACCESS_DENIED_ERROR}
 
 
 def connect(connection: MySQLConnection, *, database: str | None = None) -> pymysql.connections.Connection:
@@ -51,15 +54,16 @@ def connect(connection: MySQLConnection, *, database: str | None = None) -> pymy
                                cursorclass=pymysql.cursors.Cursor, connect_timeout=20)
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
-        if code == 1045:
+        if code == ER.ACCESS_DENIED_ERROR:
             raise SourceError(
                 f"the source refused the credentials of {connection.describe()}: {exc.args[1]}",
                 hint="check the login and password of the pipeline's source connection (AIRFLOW_CONN_...)",
             ) from exc
-        if code in (1044, 1049):
+        if code in (ER.DBACCESS_DENIED_ERROR, ER.BAD_DB_ERROR):  # only when a database was named
+            grant_on = quote_identifier(database or "")
             raise SourceError(
                 f"cannot use database {database!r} as {connection.describe()}: {exc.args[1]}",
-                hint=f"check source.database in the pipeline and GRANT SELECT ON `{database}`.* to the user",
+                hint=f"check source.database in the pipeline and GRANT SELECT ON {grant_on}.* to the user",
             ) from exc
         raise SourceError(
             f"cannot connect to the source at {connection.describe()}: {exc.args[-1]}",
@@ -191,7 +195,8 @@ def _open_mariadb(connection: MySQLConnection, database: str, conns: list[pymysq
     ((file, offset),) = positions
     with conns[0].cursor() as cursor:
         cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, offset))
-        gtid = cursor.fetchone()[0] or None
+        row = cursor.fetchone()
+        gtid = (row[0] if row else None) or None
     position = SourcePosition(file, offset, 0, gtid)
     log.info("snapshot at %s via %s (%d connections)", position, method, len(conns))
     return Snapshot(position, method, conns)

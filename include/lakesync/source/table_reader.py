@@ -44,6 +44,7 @@ import pymysql.cursors
 
 from lakesync.core import types
 from lakesync.core.errors import SchemaChangeError, SourceError
+from lakesync.core.identifiers import qualified_name, quote_identifier
 from lakesync.source.schema import read_key_columns, read_table_columns
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}
@@ -59,10 +60,6 @@ MAX_TEXT_BYTES = 8 * 1024 * 1024
 _NULL = "NULL"
 _END_FIELD = "_lakesync_end_of_line"
 _TMP_FILE_RETRIES = 3
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def sql_literal(value: Any) -> str:
@@ -88,7 +85,7 @@ class TableShape:
 
     @property
     def qualified(self) -> str:
-        return f"{quote_ident(self.database)}.{quote_ident(self.name)}"
+        return qualified_name(self.database, self.name)
 
     @property
     def has_key(self) -> bool:
@@ -153,9 +150,9 @@ def _tuple_compare(columns: tuple[str, ...], values: tuple[Any, ...], op: str) -
     strict = op[0]
     clauses = []
     for i, column in enumerate(columns):
-        equal = [f"{quote_ident(c)} = {sql_literal(v)}" for c, v in zip(columns[:i], values[:i], strict=True)]
+        equal = [f"{quote_identifier(c)} = {sql_literal(v)}" for c, v in zip(columns[:i], values[:i], strict=True)]
         last = op if i == len(columns) - 1 else strict
-        clauses.append("(" + " AND ".join([*equal, f"{quote_ident(column)} {last} {sql_literal(values[i])}"]) + ")")
+        clauses.append("(" + " AND ".join([*equal, f"{quote_identifier(column)} {last} {sql_literal(values[i])}"]) + ")")
     return "(" + " OR ".join(clauses) + ")"
 
 
@@ -178,7 +175,7 @@ def plan_ranges(cursor: pymysql.cursors.Cursor, shape: TableShape, rows_per_rang
     """
     if not shape.has_key:
         return [KeyRange("all")]
-    keys = ", ".join(quote_ident(c) for c in shape.key_columns)
+    keys = ", ".join(quote_identifier(c) for c in shape.key_columns)
     if shape.integer_key:
         cursor.execute(f"SELECT MIN({keys}), MAX({keys}), COUNT(*) FROM {shape.qualified}")
         low, high, count = cursor.fetchone()
@@ -198,7 +195,7 @@ def plan_ranges(cursor: pymysql.cursors.Cursor, shape: TableShape, rows_per_rang
         return ranges
     ranges = []
     lower: tuple[Any, ...] | None = None
-    order = ", ".join(quote_ident(c) for c in shape.key_columns)
+    order = ", ".join(quote_identifier(c) for c in shape.key_columns)
     while True:
         where = f"WHERE {KeyRange('', lower).predicate(shape.key_columns)}"
         cursor.execute(
@@ -229,7 +226,7 @@ class _ColumnPlan:
 
 def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
     """The text forms for the types :mod:`lakesync.core.types` maps to plain Arrow types; else the exact path."""
-    name = quote_ident(column.name)
+    name = quote_identifier(column.name)
     kind, arrow_type = column.data_type, target.type
 
     def nullable(expr: str) -> str:

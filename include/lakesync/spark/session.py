@@ -1,7 +1,9 @@
 """Building the SparkSession lakesync's apps and tests run in.
 
-Defaults suit one machine (local mode, few shuffle partitions, no UI); ``spark-submit`` settings given by
-the caller (master, conf) win, because ``getOrCreate`` keeps what the launcher already set.
+Defaults suit one machine (local mode, few shuffle partitions, no UI). Under ``spark-submit`` the launcher's
+master and ``--conf`` settings win: a builder setting would otherwise override them (PySpark's
+``getOrCreate`` applies the builder's options on top of the launcher's), so lakesync's defaults fill only
+the keys the launcher left unset.
 """
 
 from __future__ import annotations
@@ -11,17 +13,30 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from lakesync.core.errors import LakesyncError
 
 
+def _launcher_conf() -> dict[str, str]:
+    """The settings ``spark-submit`` gave this driver (its master, ``--conf``, spark-defaults), or nothing
+    outside it. spark-submit starts the JVM first and hands Python its gateway in ``PYSPARK_GATEWAY_PORT``."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    SparkContext._ensure_initialized()  # connects to the launcher's JVM; SparkConf reads its settings there
+    return dict(SparkConf().getAll())
+
+
 def build_spark_session(app_name: str, *, master: str | None = None, extra_conf: dict[str, str] | None = None
                         ) -> SparkSession:
+    """A session named ``app_name``: ``master`` and ``extra_conf`` always apply; otherwise the launcher's
+    settings, then lakesync's defaults (``LAKESYNC_SPARK_MASTER``, else ``local[2]``)."""
     # Python workers must run this interpreter, or they won't find lakesync and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    launcher = _launcher_conf()
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
+    if master or "spark.master" not in launcher:
         builder = builder.master(master or os.environ.get("LAKESYNC_SPARK_MASTER", "local[2]"))
     defaults = {
         "spark.sql.shuffle.partitions": "4",
@@ -31,7 +46,8 @@ def build_spark_session(app_name: str, *, master: str | None = None, extra_conf:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
     }
-    for key, value in {**defaults, **(extra_conf or {})}.items():
+    settings = {key: value for key, value in defaults.items() if key not in launcher}
+    for key, value in {**settings, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

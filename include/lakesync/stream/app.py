@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,13 +25,14 @@ from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.core.state_files import write_text_atomically
 from lakesync.core.table_layout import table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
-from lakesync.full_load.state import LoadState
+from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.stream.decode import TableChanges, decode_batch, user_schema
 from lakesync.stream.handoff import check_coverage, starting_offsets
-from lakesync.stream.progress import StreamProgress
-from lakesync.stream.schema_changes import plan_schema_change
+from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,7 @@ def stream_id(checkpoint: Path) -> str:
     id_file = checkpoint / STREAM_ID_FILE
     if not id_file.exists() or not id_file.read_text().strip():
         # written whole or not at all: a crash here must not leave an empty id (a shared app id)
-        tmp = id_file.with_suffix(".tmp")
-        tmp.write_text(uuid.uuid4().hex)
-        tmp.replace(id_file)
+        write_text_atomically(id_file, uuid.uuid4().hex)
     return id_file.read_text().strip()
 
 
@@ -119,21 +117,31 @@ def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema
     return pa.schema(DeltaTable(uri, storage_options=storage_options or None).schema().to_arrow())
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """A DDL a table can't follow in place: its position key, why, and whether a re-load brings it back."""
+
+    key: str
+    reason: str
+    reload: bool
+
+
+def _sink(pipeline: Pipeline, table: StreamedTable):
+    from lakesync.sink import DeltaSink
+
+    return DeltaSink(table.uri, key_columns=table.key_columns, semantics=table.semantics,  # type: ignore[arg-type]
+                     storage_options=pipeline.delta.storage_options or None)
+
+
 class BatchApplier:
     """The ``foreachBatch`` function: decode, then one versioned MERGE per table."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
-        from lakesync.sink import DeltaSink
-
         self.pipeline = pipeline
         self.app_id = app_id
         self.by_topic = {t.topic: t for t in tables}
         self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-        self.sinks = {
-            t.name: DeltaSink(t.uri, key_columns=t.key_columns, semantics=t.semantics,  # type: ignore[arg-type]
-                              storage_options=pipeline.delta.storage_options or None)
-            for t in tables
-        }
+        self.sinks = {t.name: _sink(pipeline, t) for t in tables}
         self.schemas = {t.name: _delta_schema(t.uri, pipeline.delta.storage_options) for t in tables}
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
@@ -141,45 +149,151 @@ class BatchApplier:
     def __call__(self, batch_df, batch_id: int) -> None:
         batch = decode_batch(batch_df.toArrow(), {topic: t.name for topic, t in self.by_topic.items()},
                              schema_topic=self.schema_topic)
-        stop_at = self._apply_schema_changes(batch.schema_changes)
+        self._resume_reloaded()
+        stop_at, fills = self._apply_schema_changes(batch.schema_changes)
         for table_name, table_changes in batch.tables.items():
             if self._stopped(table_name):
+                self._skipped(table_name, table_changes.events)
                 continue
             if table_name in stop_at:  # changes after a DDL the table can't follow are not applied
-                table_changes.events = [e for e in table_changes.events if e.position.key() < stop_at[table_name][0]]
+                cut = stop_at[table_name].key
+                self._skipped(table_name, [e for e in table_changes.events if e.position.key() >= cut])
+                table_changes.events = [e for e in table_changes.events if e.position.key() < cut]
+            if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
+                handoff = self._table(table_name).handoff_key
+                table_changes.events = [e for e in table_changes.events if e.position.key() > handoff]
             if table_changes.events:
                 self._apply(table_name, table_changes, batch_id)
-        for table_name, (_, reason) in stop_at.items():
-            self._stop(table_name, reason, batch_id)
+        for table_name, table_fills in fills.items():
+            if not self._stopped(table_name) and table_name not in stop_at:
+                for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
+                    try:
+                        self.sinks[table_name].fill_columns(values, before_position=ddl_key)
+                    except SchemaChangeError as exc:
+                        stop_at[table_name] = _Stop(ddl_key, f"{exc.message}; {self._note(table_name)}",
+                                                    reload=True)
+                        break
+        for table_name, stop in stop_at.items():
+            if stop.reload and self.pipeline.stream.reload_on_schema_change:
+                self._reload(table_name, stop, batch_id)
+            else:
+                self._stop(table_name, stop.reason, batch_id, at=stop.key)
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
+
+    def _note(self, name: str) -> str:
+        return resnapshot_note(self.pipeline.name, name)
+
+    def _table(self, name: str) -> StreamedTable:
+        return next(t for t in self.by_topic.values() if t.name == name)
+
+    def _reload(self, table_name: str, stop: _Stop, batch_id: int) -> None:
+        """Load the table again now (its own full load, at a position after every change of this batch), then
+        stream it from there. The stream waits meanwhile; a load that fails stops just this table."""
+        from lakesync.full_load.load import FullLoad
+
+        log.warning("table %s: re-loading it, as the source changed in a way Delta can't follow in place: %s",
+                    table_name, stop.reason)
+        try:
+            FullLoad(self.pipeline, tables=[table_name], restart=True).run()
+        except Exception as exc:  # whatever failed, only this table may stop
+            detail = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+            self._stop(table_name, f"{stop.reason} (the automatic re-load failed: {detail[:500]})", batch_id,
+                       at=stop.key)
+            return
+        entry = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir).tables[table_name]
+        self._adopt_load(table_name, entry)
+        progress = self.progress.tables.setdefault(table_name, TableProgress())
+        progress.last_reload = (f"{utc_now()}: {table_name} re-loaded at {entry.position_key} after "
+                                f"{stop.reason.split('; re-run')[0]}")
+        progress.skipped_through = None
+        log.warning("table %s re-loaded at %s; the stream goes on from there", table_name, entry.position_key)
+
+    def _adopt_load(self, name: str, entry: TableLoad) -> None:
+        """Stream ``name`` from a new load on: its position, schema and key."""
+        settings = self.pipeline.tables.settings_for(name)
+        keys = list(settings.key_columns or entry.key_columns)
+        table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
+                        key_columns=keys, semantics=table_semantics(settings.semantics, bool(keys)))
+        self.by_topic[table.topic] = table
+        self.sinks[name] = _sink(self.pipeline, table)
+        self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
         return bool(progress and progress.stopped_reason)
 
-    def _stop(self, table_name: str, reason: str, batch_id: int) -> None:
+    def _stop(self, table_name: str, reason: str, batch_id: int, *, at: str) -> None:
         log.error("table %s stopped: %s", table_name, reason)
         self.progress.record(table_name, batch_id=batch_id, rows=0, position=None, source_ts_ms=None)
         self.progress.tables[table_name].stopped_reason = reason
+        self.progress.tables[table_name].stopped_at = at
 
-    def _apply_schema_changes(self, events: list[SchemaChangeEvent]) -> dict[str, tuple[str, str]]:
-        """Add columns now; return, per table that must stop, (position key of the DDL, reason)."""
-        stop_at: dict[str, tuple[str, str]] = {}
+    def _skipped(self, table_name: str, events: list) -> None:
+        """Remember the newest change a stopped table did not get: a re-load older than it can't resume it."""
+        if events:
+            progress = self.progress.tables.setdefault(table_name, TableProgress())
+            newest = max(event.position.key() for event in events)
+            progress.skipped_through = max(newest, progress.skipped_through or newest)
+
+    def _resume_reloaded(self) -> None:
+        """Resume each stopped table that was loaded again after it stopped (the command its message gives):
+        from the new load's position on, with the new load's schema and key."""
+        stopped = [name for name in self.sinks if self._stopped(name)]
+        if not stopped:
+            return
+        state = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
+        for name in stopped:
+            entry, progress = state.tables.get(name), self.progress.tables[name]
+            if entry is None or entry.status != "done" or not progress.reloaded_by(entry.position_key):
+                continue
+            if progress.skipped_through and progress.skipped_through > (entry.position_key or ""):
+                progress.stopped_at = progress.skipped_through
+                progress.stopped_reason = (
+                    f"table {name} was re-loaded while the stream went on past the load's position, so changes "
+                    f"after it were skipped; stop the stream, then {self._note(name)}")
+                log.error("table %s stays stopped: %s", name, progress.stopped_reason)
+                continue
+            self._adopt_load(name, entry)
+            progress.stopped_reason = progress.stopped_at = progress.skipped_through = None
+            log.warning("table %s resumes: it was re-loaded at %s after it stopped", name, entry.position_key)
+
+    def _apply_schema_changes(self, events: list[SchemaChangeEvent]
+                              ) -> tuple[dict[str, _Stop], dict[str, list[tuple[str, dict[str, str]]]]]:
+        """Evolve the Delta schemas now. Returns the tables that must stop (or be re-loaded) at a DDL, and per
+        table, the column fills to write once the batch's changes are merged (DDL key, values)."""
+        stop_at: dict[str, _Stop] = {}
+        fills: dict[str, list[tuple[str, dict[str, str]]]] = {}
         handoff = {t.name: t.handoff_key for t in self.by_topic.values()}
+        # RENAME TABLE t TO t_old, t_new TO t (gh-ost, pt-online-schema-change): t is replaced, not gone
+        replaced = {(e.position.key(), e.new_table) for e in events if e.kind == "rename_table" and e.new_table}
         for event in sorted(events, key=lambda e: e.position):
             table = event.table
             key = event.position.key()
             if table not in self.sinks or self._stopped(table) or table in stop_at or key <= handoff[table]:
                 continue  # not streamed, already stopped, or already part of the full load's schema
-            action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name)
+            action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name,
+                                        replaced=(key, table) in replaced)
             if action.stop_reason:
-                stop_at[table] = (key, action.stop_reason)
-            elif action.add:
-                self.sinks[table].add_columns(action.add)
-                self.schemas[table] = _delta_schema(self.sinks[table].table_uri, self.pipeline.delta.storage_options)
-                log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
-        return stop_at
+                stop_at[table] = _Stop(key, action.stop_reason, action.reload)
+                continue
+            sink = self.sinks[table]
+            try:
+                if action.add:
+                    sink.add_columns(action.add)
+                    log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
+                if action.nullable:
+                    sink.make_nullable(action.nullable)
+                    log.info("table %s: columns %s may now hold NULL (%s)", table, action.nullable, event.ddl)
+            except SchemaChangeError as exc:  # this table only: a re-load (or its command) brings it back
+                stop_at[table] = _Stop(key, f"{exc.message}; {self._note(table)}", reload=True)
+                continue
+            if action.fill:
+                fills.setdefault(table, []).append((key, action.fill))
+                log.info("table %s: rows older than the DDL get the source's default in %s", table, sorted(action.fill))
+            if action.add or action.nullable:
+                self.schemas[table] = _delta_schema(sink.table_uri, self.pipeline.delta.storage_options)
+        return stop_at, fills
 
     def _apply(self, table_name: str, table_changes: TableChanges, batch_id: int) -> None:
         changes = table_changes.to_arrow(user_schema(self.schemas[table_name]))
@@ -189,7 +303,7 @@ class BatchApplier:
         try:
             result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
-            self._stop(table_name, str(exc), batch_id)
+            self._stop(table_name, str(exc), batch_id, at=min(e.position.key() for e in table_changes.events))
             return
         if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
             log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
@@ -258,19 +372,13 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     return applier.summary
 
 
-_WRAPPED_ERROR = re.compile(r"lakesync\.errors\.(?P<kind>\w+): (?P<message>.*?)(?:\n\s*hint: (?P<hint>[^\n]*))?\n", re.S)
-
-
 def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:
     """The lakesync error a failed query carries (a GapError raised in the Kafka source, a SinkError in a
     batch) as itself, instead of Spark's wrapper with the JVM stack; anything else with its first line."""
     text = str(exc)
-    found = _WRAPPED_ERROR.search(text + "\n")
-    if found:
-        kind = getattr(errors, found["kind"], LakesyncError)
-        if isinstance(kind, type) and issubclass(kind, LakesyncError):
-            return kind(f"the stream of pipeline {pipeline_name!r} failed: {found['message'].strip()}",
-                        hint=found["hint"])
+    carried = errors.carried_error(text)
+    if carried is not None:
+        return type(carried)(f"the stream of pipeline {pipeline_name!r} failed: {carried.message}", hint=carried.hint)
     first = next((line for line in text.splitlines() if line.strip()), text)
     return LakesyncError(f"the stream of pipeline {pipeline_name!r} failed: {first[:2000]}",
                          hint="run with --debug for Spark's full error")

@@ -1,9 +1,15 @@
 """What the stream has applied, per table: the state behind ``lakesync status`` and the Airflow view.
 
 Written after each committed micro-batch (atomically: temp file + rename) to
-``<pipeline state dir>/stream_progress.json``. It is an observation, not a source of truth: the Delta
-tables' own ``_lakesync_pos`` columns and app transactions are what make the data right, so a lost or
-stale progress file never changes a result, only what status shows until the next batch.
+``<pipeline state dir>/stream_progress.json``. Most of it is observation (lag, batch counts, what status
+shows): the Delta tables' own ``_lakesync_pos`` columns and app transactions decide which changes are
+applied, and a stale position here only delays what status and the caught-up trigger report.
+
+The stop flags are state, not observation: ``stopped_reason`` is the only record that a table met a DDL
+it can't follow. While it is set the stream applies none of that table's changes and validation skips the
+table; lose the file and the stream resumes applying changes made after that DDL to the old table. A
+full load of the table after its stop (the command of its message) is what resumes it: the stream clears
+the flag itself when it sees that load (docs/schema_changes.md).
 
 :func:`applied_position` is the one answer to "how far has the stream applied this table" (validation's
 wait, the Airflow caught-up trigger): the largest of the progress file's position and the largest
@@ -36,6 +42,17 @@ class TableProgress:
     last_batch_at_ms: int | None = None
     rows_total: int = 0
     stopped_reason: str | None = None
+    #: position key of the change (usually a DDL) from which the table's changes were no longer applied
+    stopped_at: str | None = None
+    #: the newest position of a change skipped while stopped: a re-load must be at or after it to resume
+    skipped_through: str | None = None
+    #: the last automatic re-load after a schema change: when, at which position, and why
+    last_reload: str | None = None
+
+    def reloaded_by(self, load_position: str | None) -> bool:
+        """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""
+        since = self.stopped_at or self.applied_position
+        return bool(load_position and since and load_position > since)
 
     def lag_seconds(self, now_ms: int | None = None) -> float | None:
         """Seconds between the newest applied source commit and now (None before the first change)."""
@@ -104,3 +121,13 @@ def applied_position(pipeline: Pipeline, table: str) -> str | None:
     found = [progress.applied_position if progress else None, delta_max_position(uri, storage),
              delta_max_position(tombstone_uri(uri), storage)]
     return max((key for key in found if key is not None), default=None)
+
+
+def stopped_since_load(state_dir: Path, loaded: dict[str, str | None], tables: list[str]) -> dict[str, str]:
+    """Of ``tables`` (name -> the position key of its last full load), those the stream stopped after that
+    load, with the reason: their Delta table no longer follows the source, so a full load must not count
+    them as done."""
+    progress = StreamProgress.load(state_dir).tables
+    return {name: progress[name].stopped_reason or "" for name in tables
+            if name in progress and progress[name].stopped_reason and name in loaded
+            and not progress[name].reloaded_by(loaded[name])}

@@ -1,16 +1,27 @@
 """What a schema-change event from the relay means for a streamed Delta table.
 
 The relay publishes DDL that touched a selected table on ``<prefix>.<db>._schema`` (docs/events.md). The
-stream applies what Delta can follow and stops the table, with a message that says what to do, where it
-can't:
+stream applies in place what Delta can follow, and stops the table, with a message that gives the command
+that re-loads it, where it can't (docs/schema_changes.md has the whole table):
 
-* ``ADD COLUMN`` -> the column is added to the Delta table (nullable; rows loaded before it read NULL,
-  see docs/operations.md for columns added with a non-NULL default);
-* ``DROP COLUMN`` -> the Delta column stays (history keeps its values); new rows carry NULL in it;
-* ``MODIFY COLUMN`` to the same Arrow type (e.g. a longer VARCHAR) -> nothing to do;
-  to another type -> the table stops (delta-rs cannot change a column's type in place);
-* ``RENAME COLUMN``, a primary-key change, ``TRUNCATE``, ``DROP TABLE``, ``RENAME TABLE`` -> the table stops: a re-snapshot of
-  that table is the correct way back, and the other tables go on.
+* ``ADD COLUMN`` -> the column is added to the Delta table (nullable); when MySQL fills the rows that exist
+  with a value (an explicit literal ``DEFAULT``, or the implicit 0 / '' of a ``NOT NULL`` number or text
+  column), the same value is written into the Delta rows whose last change came before the DDL;
+  a default that is an expression (``CURRENT_TIMESTAMP``) stops the table;
+* ``DROP COLUMN`` -> the Delta column stays (history keeps its values) and becomes nullable; new rows carry
+  NULL in it;
+* ``MODIFY COLUMN`` to the same Arrow type (a longer or shorter VARCHAR) -> nothing to do, except that a
+  column that may now be NULL becomes nullable in Delta; to another type -> the table stops (delta-rs
+  cannot change a column's type in place);
+* index, key (other than primary), engine, rebuild, character set and partitioning changes -> nothing;
+* ``RENAME COLUMN``, a primary-key change, ``TRUNCATE``, a table replaced by a ``RENAME TABLE`` swap (gh-ost,
+  pt-online-schema-change), a statement the relay could not read -> the table stops: a re-load of that
+  table is the correct way back, and the other tables go on;
+* ``DROP TABLE`` or ``RENAME TABLE`` away -> the table stops; Delta keeps its last state.
+
+Every stop is first tried as a re-load of the table by the stream itself (:attr:`SchemaAction.reload`),
+unless the pipeline sets ``stream.reload_on_schema_change: false``; a table that no longer exists fails to
+load and stops.
 """
 
 from __future__ import annotations
@@ -26,15 +37,68 @@ from lakesync.events.envelope import SchemaChangeEvent
 
 #: SQL type names sqlglot renders differently from information_schema's DATA_TYPE.
 _TYPE_ALIASES = {"boolean": ("tinyint", "tinyint(1)"), "bool": ("tinyint", "tinyint(1)")}
-_RESNAPSHOT = "re-run the full load for this table: `lakesync snapshot --pipeline {pipeline} --tables {table}`"
+#: The value MySQL gives existing rows for a NOT NULL column added without a DEFAULT, by Arrow type family.
+_IMPLICIT_DEFAULTS = ((pa.types.is_integer, "0"), (pa.types.is_floating, "0"), (pa.types.is_decimal, "0"),
+                      (pa.types.is_string, ""), (pa.types.is_large_string, ""))
+_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+              pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.date32(): "DATE"}
 
 
 @dataclass
 class SchemaAction:
-    """What to do to one table: columns to add, or the reason it must stop."""
+    """What to do to one table: columns to add and fill, columns to make nullable, or why it must stop.
+
+    ``fill`` maps a new column to the SQL expression of the value MySQL gave the rows that existed at the
+    DDL (the sink writes it into the Delta rows whose position is before the DDL's).
+    """
 
     add: list[pa.Field] = field(default_factory=list)
+    fill: dict[str, str] = field(default_factory=dict)
+    nullable: list[str] = field(default_factory=list)
     stop_reason: str | None = None
+    #: the table still exists on the source in a new shape, so a re-load brings Delta back to it
+    #: (the stream does that itself when ``stream.reload_on_schema_change`` is on)
+    reload: bool = False
+
+
+def resnapshot_note(pipeline: str, table: str) -> str:
+    """What a stopped table's message says to do: the command that re-loads it (the stream then resumes it
+    from the new load by itself)."""
+    return f"re-run the full load for this table: `lakesync snapshot --pipeline {pipeline} --tables {table}`"
+
+
+def sql_literal(arrow_type: pa.DataType, text: str) -> str | None:
+    """``text`` (a MySQL literal default, unquoted) as a delta-rs SQL expression of ``arrow_type``, or None
+    when the value does not convert exactly (the table is then re-loaded instead of guessed)."""
+    try:
+        value = pa.array([text]).cast(arrow_type)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "'" + str(value).replace("'", "''") + "'"
+    if pa.types.is_decimal(arrow_type):
+        return f"CAST('{value}' AS DECIMAL({arrow_type.precision}, {arrow_type.scale}))"
+    if arrow_type in _SQL_TYPES:
+        return f"CAST('{value}' AS {_SQL_TYPES[arrow_type]})"
+    return None
+
+
+def _fill_value(change: dict, new_field: pa.Field) -> tuple[str | None, str | None]:
+    """(SQL value for the existing rows or None, reason to stop instead)."""
+    default = change.get("default") or {}
+    if "expression" in default:
+        return None, f"column {new_field.name!r} was added with the default {default['expression']}"
+    text = default.get("value")
+    if text is None and change.get("not_null"):
+        text = next((value for test, value in _IMPLICIT_DEFAULTS if test(new_field.type)), None)
+        if text is None:
+            return None, f"column {new_field.name!r} was added NOT NULL without a default"
+    if text is None:
+        return None, None
+    literal = sql_literal(new_field.type, text)
+    if literal is None:
+        return None, f"column {new_field.name!r} was added with the default {text!r}"
+    return literal, None
 
 
 def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
@@ -49,30 +113,54 @@ def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
     return ColumnSpec(name=name, data_type=data_type, column_type=column_type, nullable=True)
 
 
-def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline: str) -> SchemaAction:
-    """Pure: the action one schema event asks of a table whose Delta schema is ``current``."""
-    action = SchemaAction()
+def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline: str,
+                       replaced: bool = False) -> SchemaAction:
+    """Pure: the action one schema event asks of a table whose Delta schema is ``current``.
+
+    ``replaced`` says the same statement renamed another table to this one's name (an online schema change
+    tool's swap): the table exists with a new shape, so a re-load brings it back.
+    """
+    command = resnapshot_note(pipeline, event.table)
+    what = f"{event.kind.replace('_', ' ')} on the source ({event.ddl.strip()[:200]!r} at {event.position})"
+    if replaced:
+        return SchemaAction(stop_reason=f"{what}: another table took its place (an online schema change "
+                                        f"tool's swap) with a shape Delta cannot follow in place; {command}",
+                            reload=True)
+    if event.kind in ("drop_table", "rename_table"):
+        # a re-load is tried: the table may be back already (re-created, renamed back, or swapped in by a
+        # tool whose two renames the stream saw in different batches); if not, the load fails and it stops
+        return SchemaAction(stop_reason=f"{what}: the table no longer exists there; Delta keeps its last state. "
+                                        f"If it is created again, {command}", reload=True)
+    if event.kind == "unknown":
+        reasons = "; ".join(str(c.get("reason")) for c in event.changes if c.get("reason")) or "unreadable"
+        return SchemaAction(stop_reason=f"a DDL statement lakesync cannot interpret ({reasons}: "
+                                        f"{event.ddl.strip()[:200]!r} at {event.position}); {command}", reload=True)
     if event.kind != "alter_table":
-        action.stop_reason = (f"{event.kind.replace('_', ' ')} on the source ({event.ddl!r} at {event.position}); "
-                              + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
-        return action
+        return SchemaAction(stop_reason=f"{what}; {command}", reload=True)
+    action = SchemaAction()
     names = set(current.names)
     for change in event.changes:
         kind, column = change.get("change"), change.get("column")
+        stop = None
         if kind == "add" and column not in names:
-            action.add.append(arrow_field(column_spec_from_ddl(column, change.get("type") or "")).with_nullable(True))
+            new_field = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).with_nullable(True)
+            literal, stop = _fill_value(change, new_field)
+            action.add.append(new_field)
+            if literal is not None:
+                action.fill[column] = literal
+        elif kind == "drop" and column in names and not current.field(column).nullable:
+            action.nullable.append(column)
         elif kind == "modify" and column in names:
             wanted = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).type
             if wanted != current.field(column).type:
-                action.stop_reason = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which "
-                                      f"the Delta table cannot follow in place; " + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
-                return action
+                stop = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which the Delta "
+                        "table cannot follow in place")
+            elif not current.field(column).nullable and not change.get("not_null"):
+                action.nullable.append(column)
         elif kind == "primary_key":
-            action.stop_reason = ("the primary key was changed (" + event.ddl.strip()[:200] + "); rows merged by the "
-                                  "old key would be wrong; " + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
-            return action
+            stop = f"the primary key was changed ({event.ddl.strip()[:200]}); rows merged by the old key would be wrong"
         elif kind == "rename":
-            action.stop_reason = (f"column {column!r} was renamed to {change.get('new_column')!r}; "
-                                  + _RESNAPSHOT.format(pipeline=pipeline, table=event.table))
-            return action
+            stop = f"column {column!r} was renamed to {change.get('new_column')!r}"
+        if stop:
+            return SchemaAction(stop_reason=f"{stop}; {command}", reload=True)
     return action

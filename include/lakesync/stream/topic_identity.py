@@ -18,6 +18,7 @@ from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from lakesync.core.errors import GapError
+from lakesync.core.state_files import write_json_atomically
 
 TOPIC_IDS_FILE = "lakesync_topic_ids.json"
 #: what a broker without topic ids answers (Kafka < 2.8): such ids prove nothing and are not recorded
@@ -52,7 +53,4 @@ def check_topic_identity(checkpoint: Path, current: Mapping[str, str], *, pipeli
             hint=f"re-run the full load (`lakesync snapshot --pipeline {pipeline} --restart`), then start the "
             f"stream from a new checkpoint (remove {checkpoint})",
         )
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**current, **known}, indent=2, sort_keys=True))
-    tmp.replace(path)
+    write_json_atomically(path, {**current, **known}, sort_keys=True)
