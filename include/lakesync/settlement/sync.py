@@ -39,6 +39,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError, ValidationMismatch
 from lakesync.core.positions import MIN_KEY
+from lakesync.core.table_layout import OP, POS, TS
 from lakesync.core.types import (
     ColumnSpec,
     arrow_schema,
@@ -47,7 +48,7 @@ from lakesync.core.types import (
     snapshot_select_list,
 )
 from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
-from lakesync.sink.changes import OP, POS, TS, drop_superseded
+from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt

@@ -32,10 +32,9 @@ from deltalake.schema import Field as DeltaField
 
 from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError
 from lakesync.core.positions import SourcePosition
+from lakesync.core.table_layout import POS, with_lakesync_columns
 from lakesync.sink import schema_evolution
 from lakesync.sink.changes import (
-    META_FIELDS,
-    POS,
     check_changes,
     drop_superseded,
     last_change_per_key,
@@ -44,15 +43,13 @@ from lakesync.sink.changes import (
 from lakesync.sink.conform import check_not_reserved, conform
 from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
 from lakesync.sink.merge import merge_changes, quote
+from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
 
 log = logging.getLogger(__name__)
 
 Semantics = Literal["exactly_once", "append_log"]
-#: The app id under which the snapshot commit records its position (as an integer, see _encode_snapshot).
-SNAPSHOT_APP_ID = "lakesync.snapshot"
-_OFFSET_SPAN = 10**12
 
 
 @dataclass(frozen=True)
@@ -73,28 +70,6 @@ class ApplyResult:
     rows_updated: int = 0
     rows_deleted: int = 0
     table_version: int | None = None
-
-
-def _encode_snapshot(position: SourcePosition) -> int:
-    """A snapshot position as one int64 (file index * 10^12 + offset), the form a Delta txn version holds."""
-    if position.row != 0 or position.offset >= _OFFSET_SPAN:
-        raise SinkError(f"{position} is not a snapshot position", hint="snapshot positions have row 0")
-    return position.file_index * _OFFSET_SPAN + position.offset
-
-
-def snapshot_transaction(position: SourcePosition) -> Transaction:
-    """The app transaction a snapshot commit must carry so the sink knows the snapshot position.
-
-    :meth:`DeltaSink.write_snapshot` adds it itself; a loader that commits its own files (one
-    ``create_write_transaction`` / add-actions commit) should pass it in that commit's
-    ``CommitProperties(app_transactions=[...])``. Without it the sink still converges, but it cannot drop
-    changes at or before the snapshot up front (the "snapshot floor", docs/sink.md).
-    """
-    return Transaction(SNAPSHOT_APP_ID, _encode_snapshot(position))
-
-
-def _decode_snapshot(version: int) -> str:
-    return SourcePosition(f"snapshot.{version // _OFFSET_SPAN:06d}", version % _OFFSET_SPAN).key()
 
 
 def _arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -154,7 +129,7 @@ class DeltaSink:
         if not self._exists():
             return None
         version = self._open().transaction_version(SNAPSHOT_APP_ID)
-        return None if version is None else _decode_snapshot(version)
+        return None if version is None else decode_snapshot(version)
 
     def scan(self, columns: list[str] | None = None, predicate: str | None = None) -> pa.RecordBatchReader:
         """Stream the table's rows with delta-rs's own engine.
@@ -187,16 +162,8 @@ class DeltaSink:
         """
         self._check_user_schema(schema)
         key = position.key()
-        commit = CommitProperties(
-            app_transactions=[snapshot_transaction(position)],
-            custom_metadata={
-                "lakesync.operation": "snapshot",
-                "lakesync.snapshot.position": key,
-                "lakesync.snapshot.token": position.token(),
-                "lakesync.snapshot.ts_ms": snapshot_ts_ms,
-            },
-        )
-        out_schema = pa.schema([*schema, *META_FIELDS])
+        commit = snapshot_commit(position, ts_ms=snapshot_ts_ms)
+        out_schema = with_lakesync_columns(schema)
         written = 0
 
         def tagged() -> Iterator[pa.RecordBatch]:
@@ -308,7 +275,7 @@ class DeltaSink:
         source = conform(changes, target)
         snapshot = table.transaction_version(SNAPSHOT_APP_ID)
         if snapshot is not None:
-            source = source.filter(pc.greater(source.column(POS), _decode_snapshot(snapshot)))
+            source = source.filter(pc.greater(source.column(POS), decode_snapshot(snapshot)))
         plan = plan_changes(source, self.key_columns)
         # Tombstones first: if we crash before the MERGE commits, the batch is replayed (its app transaction
         # is not on the target) and the tombstones are already there; the reverse order could lose them.

@@ -11,7 +11,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import DeltaError
 
 from lakesync.core.errors import SchemaChangeError
-from lakesync.sink.changes import POS
+from lakesync.core.table_layout import POS
 
 
 def _quote(name: str) -> str:

@@ -18,7 +18,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from lakesync.core.errors import SinkError
-from lakesync.sink.changes import DELETED_MS, POS, TS
+from lakesync.core.table_layout import DELETED_MS, POS, TS
 
 
 def tombstone_uri(table_uri: str) -> str:
