@@ -305,8 +305,9 @@ class BatchApplier:
         except SchemaChangeError as exc:
             self._stop(table_name, str(exc), batch_id, at=min(e.position.key() for e in table_changes.events))
             return
-        if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
-            log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
+        if result.skipped:  # the same work, replayed after a crash before Spark's checkpoint: counted already
+            log.info("table %s: batch %d was already committed to Delta with the same changes; skipped",
+                     table_name, batch_id)
             return
         newest = max(table_changes.events, key=lambda event: event.position)
         self.progress.record(table_name, batch_id=batch_id, rows=changes.num_rows,
