@@ -19,6 +19,7 @@ from deltalake.exceptions import DeltaError
 
 from lakesync.core.errors import SinkError
 from lakesync.core.table_layout import DELETED_MS, POS, TS
+from lakesync.sink.merge import quote
 
 
 def tombstone_uri(table_uri: str) -> str:
@@ -131,7 +132,7 @@ class TombstoneStore:
         if table is None:
             return 0
         try:
-            metrics = table.delete(f"`{DELETED_MS}` < {int(older_than_ms)}")
+            metrics = table.delete(f"{quote(DELETED_MS)} < {int(older_than_ms)}")
         except DeltaError as exc:
             raise SinkError(f"could not purge tombstones in {self.uri}: {exc}") from exc
         return int(metrics.get("num_deleted_rows", 0))

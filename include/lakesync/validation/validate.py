@@ -58,6 +58,7 @@ from lakesync.core.types import (
     quote_identifier,
     snapshot_select_list,
 )
+from lakesync.sink.merge import quote
 from lakesync.source.schema import read_table_columns
 from lakesync.source.table_reader import KeyRange, RangeReader, TableShape, describe_table, rows_per_read
 from lakesync.stream.progress import StreamProgress, applied_position
@@ -414,7 +415,7 @@ class ChunkPlan:
     def delta_predicate(self, chunk: int) -> str:
         """The DataFusion predicate selecting one range chunk in the Delta table."""
         key_range = self.key_range(chunk)
-        column = '"' + self.key_columns[0].replace('"', '""') + '"'
+        column = quote(self.key_columns[0])
         parts = []
         if key_range.lower is not None:
             parts.append(f"{column} > {key_range.lower[0]}")
