@@ -302,3 +302,20 @@ def test_a_batch_deleting_a_key_the_table_never_had_still_applies_its_other_chan
     assert live(sink.table_uri, key=key) == {1: "a2", 2: "b", 1001: "z"}
     sink.apply_changes(change_table([(77, "old", 5500, "c")], schema), app_id="stream", batch_version=1)
     assert 77 not in live(sink.table_uri, key=key)
+
+
+def test_a_merge_of_a_few_keys_rewrites_only_the_files_holding_them(tmp_path):
+    """The one MERGE builder lets delta-rs prune target files by the batch's key range (streamed_exec=False)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    from lakesync.sink.merge import merge_changes
+
+    uri = str(tmp_path / "lake" / "wide")
+    for part in range(10):  # ten files with disjoint key ranges
+        ids = range(part * 100, part * 100 + 100)
+        write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), POS: [pos(1)] * 100, OP: ["r"] * 100}),
+                        mode="append")
+    batch = pa.table({"id": pa.array([305, 310], pa.int64()), POS: [pos(2)] * 2, OP: ["u"] * 2})
+    metrics = merge_changes(DeltaTable(uri), batch, key_columns=["id"], commit=CommitProperties())
+    assert metrics["num_target_rows_updated"] == 2
+    assert metrics["num_target_files_scanned"] == 1 and metrics["num_target_files_removed"] == 1
