@@ -24,8 +24,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Hypothesis budgets, chosen by LAKESYNC_HYPOTHESIS_PROFILE: "ci" (the default) runs few examples, derandomized
 # so every run tries the same ones; "thorough" runs many random ones. A failure prints the falsifying example
 # and, with print_blob, the line that reproduces it (@reproduce_failure).
-settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True)
-settings.register_profile("thorough", max_examples=300, deadline=None, print_blob=True)
+settings.register_profile("ci", max_examples=12, stateful_step_count=30, derandomize=True, deadline=None,
+                          print_blob=True)
+settings.register_profile("thorough", max_examples=300, stateful_step_count=60, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("LAKESYNC_HYPOTHESIS_PROFILE", "ci"))
 
 

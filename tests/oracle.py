@@ -217,11 +217,15 @@ def _apply_action(action: Mapping[str, Any], active: dict[str, dict[str, Any]],
     return metadata
 
 
-def read_delta(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
-    """The user columns (schema order) and rows of the Delta table at its newest version."""
+def read_delta(uri: str, storage_options: Mapping[str, str] | None = None, *, lakesync_columns: bool = False
+               ) -> tuple[list[str], list[dict[str, Any]]]:
+    """The user columns (schema order) and rows of the Delta table at its newest version.
+
+    ``lakesync_columns`` keeps the ``_lakesync_*`` columns too (to check an append log's positions)."""
     fs, root = _filesystem(uri, storage_options)
     snapshot = replay_log(fs, root.rstrip("/"))
-    names = [f["name"] for f in snapshot.schema["fields"] if not f["name"].startswith(META_PREFIX)]
+    names = [f["name"] for f in snapshot.schema["fields"]
+             if lakesync_columns or not f["name"].startswith(META_PREFIX)]
     rows: list[dict[str, Any]] = []
     for path in snapshot.files:
         table = pq.read_table(path, filesystem=fs)

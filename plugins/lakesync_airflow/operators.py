@@ -210,7 +210,9 @@ class MaintenanceOperator(BaseOperator):
 
     Tombstones live in the sink's side table (``lakesync.sink.tombstones``); those of deletes older than
     ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
-    be recognised as stale: keep the retention above the Kafka retention and the worst stream lag."""
+    be recognised as stale: keep the retention above the Kafka retention and the worst stream lag.
+    OPTIMIZE and VACUUM go through ``lakesync.sink.writer`` (commit-conflict retries; VACUUM keeps at least a
+    week of removed files, so a running reader or the stream never loses a file it still needs)."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -222,6 +224,7 @@ class MaintenanceOperator(BaseOperator):
 
         from lakesync.full_load.state import LoadState
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+        from lakesync.sink.writer import optimize, vacuum
         from lakesync.source.schema import list_tables
 
         hook = LakesyncHook(self.pipeline)
@@ -238,14 +241,12 @@ class MaintenanceOperator(BaseOperator):
             uri = pipeline.delta.table_uri(name)
             if not DeltaTable.is_deltatable(uri, storage_options=options):
                 continue
-            table = DeltaTable(uri, storage_options=options)
             state = loaded.get(name)
             keys = pipeline.tables.settings_for(name).key_columns or (state.key_columns if state else None)
-            compacted = table.optimize.z_order(list(keys)) if keys else table.optimize.compact()
+            compacted = optimize(uri, storage_options=options, z_order=list(keys) if keys else None)
             purged = TombstoneStore(tombstone_uri(uri), key_columns=[], storage_options=options).purge(cutoff_ms)
-            vacuumed = table.vacuum(retention_hours=int(self.vacuum_retention_hours), dry_run=False,
-                                    enforce_retention_duration=False)
-            report = {"table": name, "version": table.version(),
+            vacuumed = vacuum(uri, retention_hours=self.vacuum_retention_hours, storage_options=options)
+            report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(),
                       "files_added_by_optimize": compacted.get("numFilesAdded", 0),
                       "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
                       "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}

@@ -104,12 +104,21 @@ def test_replayed_batch_is_not_applied_twice(tmp_path):
     version = DeltaTable(sink.table_uri).version()
 
     replay = sink.apply_changes(batch, app_id="stream-1", batch_version=7)
-    older = sink.apply_changes(change_table([(10, "other", 9000, "u")]), app_id="stream-1", batch_version=6)
 
-    assert first.rows_inserted == 1 and replay.skipped and older.skipped
+    assert first.rows_inserted == 1 and replay.skipped
     assert DeltaTable(sink.table_uri).version() == version
     assert sink.committed_batch_version("stream-1") == 7
     assert live(sink.table_uri)[10] == "new"
+
+
+def test_an_older_batch_id_with_other_changes_is_applied_not_skipped(tmp_path):
+    """A smaller batch id is a checkpoint behind the table, not proof of a replay (issue 10)."""
+    sink = snapshot_sink(tmp_path)
+    sink.apply_changes(change_table([(10, "new", 6000, "c")]), app_id="stream-1", batch_version=7)
+    older = sink.apply_changes(change_table([(10, "other", 9000, "u")]), app_id="stream-1", batch_version=6)
+    assert not older.skipped and older.rows_updated == 1
+    assert sink.committed_batch_version("stream-1") == 7
+    assert live(sink.table_uri)[10] == "other"
 
 
 def test_duplicate_and_out_of_order_changes_converge_to_the_newest(tmp_path):
@@ -195,7 +204,7 @@ def test_composite_keys_with_hostile_column_names(tmp_path):
     assert rows == {(1, "a"): "x2", (2, "a"): "z", (2, "b"): "new"}
 
 
-def test_append_log_keeps_every_change_with_op_and_position(tmp_path):
+def test_append_log_keeps_every_change_once_with_op_and_position(tmp_path):
     sink = DeltaSink(str(tmp_path / "lake" / "events"), key_columns=[], semantics="append_log")
     sink.write_snapshot([pa.record_batch([pa.array([1], pa.int64()), pa.array(["a"])], schema=SCHEMA)],
                         schema=SCHEMA, position=SNAPSHOT, snapshot_ts_ms=1)
@@ -205,7 +214,8 @@ def test_append_log_keeps_every_change_with_op_and_position(tmp_path):
 
     rows = read(sink.table_uri).to_pylist()
     appended = sorted(((r[POS], r[OP], r["name"]) for r in rows if r[OP] != "r"), key=lambda r: r[:2])
-    assert appended == [(pos(6000), "u", "a2"), (pos(6000), "u", "a2"), (pos(6100), "d", None)]
+    # a position identifies one row change: the duplicate delivered in the same batch is logged once
+    assert appended == [(pos(6000), "u", "a2"), (pos(6100), "d", None)]
     assert sink.committed_batch_version("s") == 0
 
 
@@ -292,3 +302,20 @@ def test_a_batch_deleting_a_key_the_table_never_had_still_applies_its_other_chan
     assert live(sink.table_uri, key=key) == {1: "a2", 2: "b", 1001: "z"}
     sink.apply_changes(change_table([(77, "old", 5500, "c")], schema), app_id="stream", batch_version=1)
     assert 77 not in live(sink.table_uri, key=key)
+
+
+def test_a_merge_of_a_few_keys_rewrites_only_the_files_holding_them(tmp_path):
+    """The one MERGE builder lets delta-rs prune target files by the batch's key range (streamed_exec=False)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    from lakesync.sink.merge import merge_changes
+
+    uri = str(tmp_path / "lake" / "wide")
+    for part in range(10):  # ten files with disjoint key ranges
+        ids = range(part * 100, part * 100 + 100)
+        write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()), POS: [pos(1)] * 100, OP: ["r"] * 100}),
+                        mode="append")
+    batch = pa.table({"id": pa.array([305, 310], pa.int64()), POS: [pos(2)] * 2, OP: ["u"] * 2})
+    metrics = merge_changes(DeltaTable(uri), batch, key_columns=["id"], commit=CommitProperties())
+    assert metrics["num_target_rows_updated"] == 2
+    assert metrics["num_target_files_scanned"] == 1 and metrics["num_target_files_removed"] == 1

@@ -138,8 +138,6 @@ def test_concurrent_stream_settlement_and_maintenance_lose_and_double_nothing(co
     assert settled, "the settlement committed nothing during the concurrent rounds"
 
 
-@pytest.mark.xfail(strict=True, reason="commit-conflict retries recorded as lakesync.commit.attempt come with "
-                   "the sink's one Delta write path (branch sink), not yet on main")
 def test_every_lakesync_commit_of_the_concurrent_rounds_records_its_attempt(concurrent_rounds):
     stack, before, _, _ = concurrent_rounds
     commits = [c for t in SHARED_TABLES for c in _history(stack, t, before[t])

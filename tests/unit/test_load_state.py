@@ -26,7 +26,7 @@ def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
     assert again.position == position and again.position.gtid == "0-1-17"
     assert again.is_done("transactions") and again.tables["transactions"].chunk_ids() == {"1-100"}
     document = json.loads((tmp_path / "full_load.json").read_text())
-    assert document["position"] == {"file": "binlog.000003", "offset": 1542, "gtid": "0-1-17",
+    assert document["position"] == {"file": "binlog.000003", "offset": 1542, "row": 0, "gtid": "0-1-17",
                                     "key": position.key()}
     assert document["tables"]["transactions"]["status"] == "done"
 

@@ -7,7 +7,8 @@ import pytest
 
 from lakesync.core.errors import SinkError
 from lakesync.core.positions import SourcePosition
-from lakesync.sink.changes import OP, POS, TS, drop_superseded, last_change_per_key, plan_changes
+from lakesync.core.table_layout import OP, POS, TS
+from lakesync.sink.changes import drop_superseded, last_change_per_key, plan_changes
 
 
 def pos(offset: int, row: int = 1) -> str:

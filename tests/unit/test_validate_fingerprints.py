@@ -140,8 +140,8 @@ def test_hash_buckets_are_the_same_on_both_sides():
 
 def test_delta_predicate_quotes_hostile_key_names():
     plan = ChunkPlan(('we"ird `id`',), uppers=(5, 9))
-    assert plan.delta_predicate(1) == '"we""ird `id`" > 5 AND "we""ird `id`" <= 9'
-    assert plan.delta_predicate(0) == '"we""ird `id`" <= 5'
+    assert plan.delta_predicate(1) == '`we"ird ``id``` > 5 AND `we"ird ``id``` <= 9'
+    assert plan.delta_predicate(0) == '`we"ird ``id``` <= 5'
 
 
 def test_chunk_checksums_do_not_depend_on_batching():

@@ -26,8 +26,10 @@ them without parsing.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import total_ordering
+from typing import Any
 
 from lakesync.core.errors import ConfigError
 
@@ -100,6 +102,16 @@ class SourcePosition:
 
     def __str__(self) -> str:
         return self.token() + (f" (gtid {self.gtid})" if self.gtid else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form every lakesync state file uses (``key`` is for people and is ignored on reading)."""
+        return {"file": self.file, "offset": self.offset, "row": self.row, "gtid": self.gtid, "key": self.key()}
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> SourcePosition:
+        """Read :meth:`to_json` back (older files without ``row`` read as row 0)."""
+        return cls(str(document["file"]), int(document["offset"]), int(document.get("row") or 0),
+                   document.get("gtid") or None)
 
     @classmethod
     def parse(cls, text: str) -> SourcePosition:

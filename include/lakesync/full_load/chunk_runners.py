@@ -12,8 +12,8 @@ import pyarrow as pa
 import pymysql
 
 from lakesync.core.connections import MySQLConnection
-from lakesync.core.table_layout import POS
-from lakesync.full_load.layout import RowTagger, delta_schema
+from lakesync.core.table_layout import POS, with_lakesync_columns
+from lakesync.full_load.layout import RowTagger
 from lakesync.full_load.parquet_writer import write_part
 from lakesync.full_load.source_errors import read_errors
 from lakesync.full_load.state import ChunkDone, position_to_json
@@ -42,7 +42,7 @@ def load_chunk(task: ChunkTask) -> ChunkDone:
     """Read one key range in one statement, tagged with the position read just before it; write it as a
     Parquet file in the table folder (invisible until the driver commits it)."""
     reader = RangeReader(task.shape)
-    schema = delta_schema(reader.schema)
+    schema = with_lakesync_columns(reader.schema)
     conn = connect(task.connection, database=task.shape.database)
     try:
         position = current_position(conn)

@@ -32,21 +32,23 @@ from typing import Any
 
 import pyarrow as pa
 import pymysql
-from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection, mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError
 from lakesync.core.positions import SourcePosition
-from lakesync.core.table_layout import POS
+from lakesync.core.table_layout import POS, table_semantics, with_lakesync_columns
 from lakesync.full_load.chunk_runners import KEYLESS_BATCH_ROWS, ChunkRunner, ChunkTask, ThreadChunkRunner
 from lakesync.full_load.key_ranges import range_from_json, range_to_json
-from lakesync.full_load.layout import TABLE_CONFIGURATION, RowTagger, commit_metadata, delta_schema
+from lakesync.full_load.layout import RowTagger
 from lakesync.full_load.parquet_writer import write_part
 from lakesync.full_load.source_errors import read_errors
 from lakesync.full_load.state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
-from lakesync.sink.delta import DeltaSink, snapshot_transaction
+from lakesync.sink.delta import DeltaSink
+from lakesync.sink.snapshot import snapshot_commit
+from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
 from lakesync.source.schema import list_tables
 from lakesync.source.server_checks import check_binlog_settings, current_position
 from lakesync.source.snapshot import Snapshot, connect, open_snapshot
@@ -226,7 +228,7 @@ class FullLoad:
         """Each range read on one of the snapshot's connections and written as a Parquet file by the same
         worker thread, so reading, parsing and encoding overlap; a few ranges in flight at most."""
         reader = RangeReader(shape)
-        schema = delta_schema(reader.schema)
+        schema = with_lakesync_columns(reader.schema)
         uri = self.pipeline.delta.table_uri(shape.name)
         stats_columns = [*shape.key_columns, POS]
 
@@ -291,21 +293,24 @@ class FullLoad:
         now_ms = int(time.time() * 1000)
         actions = [AddAction(part.path, part.size, {}, now_ms, True, part.stats) for part in parts]
         storage_options = self.pipeline.delta.storage_options or None
-        commit = CommitProperties(
-            app_transactions=[snapshot_transaction(position)],
-            custom_metadata=commit_metadata(position, table=name, mode=mode, ts_ms=now_ms),
-        )
-        try:
+        commit = snapshot_commit(position, ts_ms=now_ms, table=name, mode=mode)
+        schema = Schema.from_arrow(with_lakesync_columns(shape.arrow_schema()))
+
+        def step(attempt: int) -> int:
             create_table_with_add_actions(
-                uri, Schema.from_arrow(delta_schema(shape.arrow_schema())), actions, mode="overwrite",
-                configuration=TABLE_CONFIGURATION, storage_options=storage_options, commit_properties=commit,
+                uri, schema, actions, mode="overwrite", configuration=TABLE_PROPERTIES,
+                storage_options=storage_options, commit_properties=with_attempt(commit, attempt),
             )
-            version = DeltaTable(uri, storage_options=storage_options).version()
+            return DeltaTable(uri, storage_options=storage_options).version()
+
+        try:
+            version = commit_with_retry(step, what=f"the full load commit of {name}", table_uri=uri)
+        except SinkError:
+            raise
         except Exception as exc:
             raise SinkError(f"committing the {len(parts)} files of {name} to {uri} failed: {exc}",
                             hint="nothing was committed; run the load again") from exc
-        semantics = self.pipeline.tables.settings_for(name).semantics or (
-            "exactly_once" if shape.has_key else "append_log")
+        semantics = table_semantics(self.pipeline.tables.settings_for(name).semantics, shape.has_key)
         DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
                   storage_options=storage_options).tombstones.clear()
         # The stream merges by this key; the state file is where it reads it (delta-rs refuses custom properties).

@@ -6,7 +6,7 @@ not read again, and a chunked table that was interrupted keeps the chunks it alr
 
 Format (JSON)::
 
-    {"position": {"file": "binlog.000003", "offset": 1542, "gtid": "0-1-17", "key": "00000003.000000001542.000000"},
+    {"position": {"file": "binlog.000003", "offset": 1542, "row": 0, "gtid": "0-1-17", "key": "00000003.000000001542.000000"},
      "tables": {"transactions": {"status": "done", "rows": 1000000, "delta_version": 0,
                                  "chunks_done": [...], "position_key": "..."}},
      "mode": "consistent", "started_at": "2026-...Z", "finished_at": "2026-...Z"}
@@ -37,12 +37,8 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def position_to_json(position: SourcePosition) -> dict[str, Any]:
-    return {"file": position.file, "offset": position.offset, "gtid": position.gtid, "key": position.key()}
-
-
-def position_from_json(document: dict[str, Any]) -> SourcePosition:
-    return SourcePosition(str(document["file"]), int(document["offset"]), 0, document.get("gtid"))
+position_to_json = SourcePosition.to_json
+position_from_json = SourcePosition.from_json
 
 
 @dataclass

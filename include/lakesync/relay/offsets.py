@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -41,15 +40,6 @@ def relay_id(pipeline: Pipeline) -> str:
     return f"{pipeline.name}/{pipeline.source.server_id}"
 
 
-def _position_json(position: SourcePosition) -> dict[str, Any]:
-    return {"file": position.file, "offset": position.offset, "row": position.row, "gtid": position.gtid}
-
-
-def _position_from(document: Mapping[str, Any]) -> SourcePosition:
-    return SourcePosition(str(document["file"]), int(document["offset"]), int(document.get("row") or 0),
-                          document.get("gtid") or None)
-
-
 @dataclass(frozen=True)
 class RelayProgress:
     """Where the relay has published everything up to (``position``), and since when (``covered_from``)."""
@@ -61,15 +51,15 @@ class RelayProgress:
     def to_json(self) -> bytes:
         return json.dumps({
             "version": FORMAT_VERSION,
-            "position": _position_json(self.position),
-            "covered_from": _position_json(self.covered_from),
+            "position": SourcePosition.to_json(self.position),
+            "covered_from": SourcePosition.to_json(self.covered_from),
             "updated_ms": self.updated_ms,
         }).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> RelayProgress:
         document = json.loads(raw)
-        return cls(_position_from(document["position"]), _position_from(document["covered_from"]),
+        return cls(SourcePosition.from_json(document["position"]), SourcePosition.from_json(document["covered_from"]),
                    int(document.get("updated_ms") or 0))
 
 

@@ -91,7 +91,7 @@ def full_load_position(pipeline: Pipeline) -> SourcePosition | None:
     try:
         document = json.loads(path.read_text())
         position = document["position"]
-        return SourcePosition(str(position["file"]), int(position["offset"]), 0, position.get("gtid") or None)
+        return SourcePosition.from_json(position)
     except (OSError, ValueError, KeyError, TypeError, LakesyncError) as exc:
         log.warning("ignoring %s: it has no readable position (%s)", path, exc)
         return None

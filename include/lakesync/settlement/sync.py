@@ -39,6 +39,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError, ValidationMismatch
 from lakesync.core.positions import MIN_KEY
+from lakesync.core.table_layout import OP, POS, TS
 from lakesync.core.types import (
     ColumnSpec,
     arrow_schema,
@@ -47,13 +48,13 @@ from lakesync.core.types import (
     snapshot_select_list,
 )
 from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
-from lakesync.sink.changes import OP, POS, TS, drop_superseded
+from lakesync.sink.changes import drop_superseded
+from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
 from lakesync.source.schema import read_key_columns, read_table_columns
 from lakesync.source.server_checks import current_position, server_variables
 
-#: Delta table property the sink sets on its tables (the change data feed); settlement-created tables get it too.
-CDF = "delta.enableChangeDataFeed"
 #: How many differing keys a result keeps for people to look at.
 _SAMPLE_KEYS = 20
 
@@ -190,7 +191,7 @@ def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datet
         return arrow_schema(source.columns).empty_table()
     wm_type = pa.schema(table.schema().to_arrow()).field(source.watermark.name).type
     low, high = (_timestamp_literal(bound, wm_type) for bound in bounds)
-    wm = quote_delta(source.watermark.name)
+    wm = quote(source.watermark.name)
     return _read(table, user, f"{wm} >= {low} AND {wm} < {high}").cast(arrow_schema(source.columns))
 
 
@@ -252,52 +253,41 @@ def _changes_table(upserts: pa.Table, deletes: pa.Table, source: _Source, positi
     )
 
 
-def _newer(position: str) -> str:
-    """The MERGE guard: the sink's rule (apply only over an older stored position) when the read has a binlog
-    position; a source without a binlog has no positions, and settlement is then the table's only writer."""
-    if position == MIN_KEY:
-        return f"t.{POS} <= s.{POS}"
-    return f"t.{POS} < s.{POS}"
-
-
 def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.Table, key: list[str],
             position: str, properties: CommitProperties) -> int:
     """One Delta commit: create the table, MERGE the changes, or (nothing changed) an empty marker commit.
 
     Deletes are recorded as tombstones in the sink's tombstone table first (as the sink does), and upserts
-    a newer tombstone supersedes are dropped, so settlement never resurrects a row the stream deleted."""
+    a newer tombstone supersedes are dropped, so settlement never resurrects a row the stream deleted. The
+    MERGE is the sink's own (:func:`lakesync.sink.merge.merge_changes`): a change overwrites only a row with
+    an older position, so a stream commit that lands between the compare and this commit is never undone.
+    A source without a binlog has no positions (all :data:`MIN_KEY`): settlement is then the table's only
+    writer and may overwrite equal positions. A lost commit race is retried (:mod:`lakesync.sink.writer`).
+    """
     options = pipeline.delta.storage_options or None
     deletes = changes.filter(pc.equal(changes[OP], "d"))
     upserts = changes.filter(pc.not_equal(changes[OP], "d"))
     tombstones = TombstoneStore(tombstone_uri(uri), key_columns=key, storage_options=options)
     txn = properties.app_transactions[0]  # type: ignore[index]
-    tombstones.record(deletes, app_id=txn.app_id, batch_version=txn.version)
-    upserts = drop_superseded(upserts, tombstones.matching(upserts), key)
-    if table is None:
-        write_deltalake(uri, upserts, mode="append", storage_options=options, commit_properties=properties,
-                        configuration={CDF: "true"})
+
+    def step(attempt: int) -> int:
+        commit = with_attempt(properties, attempt)
+        tombstones.record(deletes, app_id=txn.app_id, batch_version=txn.version)
+        kept = drop_superseded(upserts, tombstones.matching(upserts), key)
+        current = table if attempt == 1 else _open_delta(uri, pipeline.delta.storage_options)
+        if current is None:
+            write_deltalake(uri, kept, mode="append", storage_options=options, commit_properties=commit,
+                            configuration=TABLE_PROPERTIES)
+            return DeltaTable(uri, storage_options=options).version()
+        merged = pa.concat_tables([kept, deletes])
+        if merged.num_rows == 0:
+            write_deltalake(uri, pa.schema(current.schema().to_arrow()).empty_table(), mode="append",
+                            storage_options=options, commit_properties=commit)
+        else:
+            merge_changes(current, merged, key_columns=key, commit=commit, allow_equal=position == MIN_KEY)
         return DeltaTable(uri, storage_options=options).version()
-    changes = pa.concat_tables([upserts, deletes])
-    if changes.num_rows == 0:
-        write_deltalake(uri, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
-                        storage_options=options, commit_properties=properties)
-        return table.version() + 1
-    on = " AND ".join(f"t.{quote_delta(k)} = s.{quote_delta(k)}" for k in key)
-    assign = {quote_delta(name): f"s.{quote_delta(name)}" for name in changes.column_names}
-    newer = _newer(position)
-    (
-        table.merge(changes, predicate=on, source_alias="s", target_alias="t", commit_properties=properties)
-        .when_matched_delete(predicate=f"s.{OP} = 'd' AND {newer}")
-        .when_matched_update(updates=assign, predicate=f"s.{OP} <> 'd' AND {newer}")
-        .when_not_matched_insert(updates=assign, predicate=f"s.{OP} <> 'd'")
-        .execute()
-    )
-    return DeltaTable(uri, storage_options=options).version()
 
-
-def quote_delta(name: str) -> str:
-    """A column name quoted for delta-rs SQL predicates."""
-    return '"' + name.replace('"', '""') + '"'
+    return commit_with_retry(step, what="settlement commit", table_uri=uri)
 
 
 def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, interval_end: datetime,

@@ -1,7 +1,9 @@
 """The Delta sink: snapshot writes, exactly-once position-versioned MERGE, tombstones (docs/sink.md)."""
 
-from lakesync.sink.changes import DELETED_MS, OP, POS, TS, ChangePlan, plan_changes
-from lakesync.sink.delta import ApplyResult, DeltaSink, Semantics, snapshot_transaction
+from lakesync.core.table_layout import DELETED_MS, OP, POS, TS
+from lakesync.sink.changes import ChangePlan, plan_changes
+from lakesync.sink.delta import ApplyResult, DeltaSink, Semantics
+from lakesync.sink.snapshot import snapshot_transaction
 from lakesync.sink.tombstones import tombstone_uri
 
 __all__ = [

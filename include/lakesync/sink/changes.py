@@ -16,10 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesync.core.errors import SinkError
-from lakesync.core.table_layout import DELETE_OP, DELETED_MS, META_COLUMNS, OP, POS, TS
+from lakesync.core.table_layout import DELETE_OP, DELETED_MS, META_COLUMNS, OP, POS
 
-META_FIELDS = (pa.field(POS, pa.string(), nullable=False), pa.field(OP, pa.string(), nullable=False),
-               pa.field(TS, pa.int64()))
 RESERVED_COLUMNS = frozenset((*META_COLUMNS, DELETED_MS))
 UPSERT_OPS = ("r", "c", "u")
 _TOMB_POS = "_lakesync_tombstone_pos"

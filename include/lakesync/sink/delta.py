@@ -9,14 +9,17 @@ Exactly-once rests on three rules, each enforced here (docs/sink.md has the full
    changes at or before the snapshot position are already in the snapshot and are dropped up front;
 2. a delete leaves a tombstone, written *before* the target's MERGE, and upserts at or before a tombstone
    of their key are dropped, so a late or replayed insert never brings a deleted row back;
-3. each batch's commit carries the app transaction ``(app_id, batch_version)`` and a batch whose version
-   is already committed is skipped whole.
+3. each batch's commit carries the app transaction ``(app_id, batch_version)`` and what the batch covered
+   (:mod:`lakesync.sink.coverage`); a batch whose version is committed is skipped whole only when it is
+   provably the same work, else applied (rules 1 and 2 make that harmless).
 
-One writer per table: the app transaction check and the MERGE are not atomic against a concurrent writer.
+Concurrent writers (settlement, OPTIMIZE) are fine: a commit that loses the race is re-planned and retried
+(:mod:`lakesync.sink.writer`). Run one stream per checkpoint (Spark's one query per checkpoint gives this).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,35 +27,29 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 
 from lakesync.core.errors import ConfigError, SchemaChangeError, SinkError
 from lakesync.core.positions import SourcePosition
+from lakesync.core.table_layout import POS, with_lakesync_columns
 from lakesync.sink import schema_evolution
 from lakesync.sink.changes import (
-    DELETE_OP,
-    META_COLUMNS,
-    META_FIELDS,
-    OP,
-    POS,
     check_changes,
     drop_superseded,
+    last_change_per_key,
     plan_changes,
 )
+from lakesync.sink.conform import check_not_reserved, conform
+from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
+from lakesync.sink.merge import merge_changes, quote
+from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
+
+log = logging.getLogger(__name__)
 
 Semantics = Literal["exactly_once", "append_log"]
-#: The app id under which the snapshot commit records its position (as an integer, see _encode_snapshot).
-SNAPSHOT_APP_ID = "lakesync.snapshot"
-_OFFSET_SPAN = 10**12
-_RESERVED_PREFIX = "_lakesync_"
-_CDF = "delta.enableChangeDataFeed"
-
-
-def quote(name: str) -> str:
-    """Quote a column name for a delta-rs SQL predicate or expression (backticks, doubled inside)."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass(frozen=True)
@@ -73,28 +70,6 @@ class ApplyResult:
     rows_updated: int = 0
     rows_deleted: int = 0
     table_version: int | None = None
-
-
-def _encode_snapshot(position: SourcePosition) -> int:
-    """A snapshot position as one int64 (file index * 10^12 + offset), the form a Delta txn version holds."""
-    if position.row != 0 or position.offset >= _OFFSET_SPAN:
-        raise SinkError(f"{position} is not a snapshot position", hint="snapshot positions have row 0")
-    return position.file_index * _OFFSET_SPAN + position.offset
-
-
-def snapshot_transaction(position: SourcePosition) -> Transaction:
-    """The app transaction a snapshot commit must carry so the sink knows the snapshot position.
-
-    :meth:`DeltaSink.write_snapshot` adds it itself; a loader that commits its own files (one
-    ``create_write_transaction`` / add-actions commit) should pass it in that commit's
-    ``CommitProperties(app_transactions=[...])``. Without it the sink still converges, but it cannot drop
-    changes at or before the snapshot up front (the "snapshot floor", docs/sink.md).
-    """
-    return Transaction(SNAPSHOT_APP_ID, _encode_snapshot(position))
-
-
-def _decode_snapshot(version: int) -> str:
-    return SourcePosition(f"snapshot.{version // _OFFSET_SPAN:06d}", version % _OFFSET_SPAN).key()
 
 
 def _arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -154,7 +129,7 @@ class DeltaSink:
         if not self._exists():
             return None
         version = self._open().transaction_version(SNAPSHOT_APP_ID)
-        return None if version is None else _decode_snapshot(version)
+        return None if version is None else decode_snapshot(version)
 
     def scan(self, columns: list[str] | None = None, predicate: str | None = None) -> pa.RecordBatchReader:
         """Stream the table's rows with delta-rs's own engine.
@@ -187,16 +162,8 @@ class DeltaSink:
         """
         self._check_user_schema(schema)
         key = position.key()
-        commit = CommitProperties(
-            app_transactions=[snapshot_transaction(position)],
-            custom_metadata={
-                "lakesync.operation": "snapshot",
-                "lakesync.snapshot.position": key,
-                "lakesync.snapshot.token": position.token(),
-                "lakesync.snapshot.ts_ms": snapshot_ts_ms,
-            },
-        )
-        out_schema = pa.schema([*schema, *META_FIELDS])
+        commit = snapshot_commit(position, ts_ms=snapshot_ts_ms)
+        out_schema = with_lakesync_columns(schema)
         written = 0
 
         def tagged() -> Iterator[pa.RecordBatch]:
@@ -212,7 +179,7 @@ class DeltaSink:
                     schema=out_schema,
                 )
 
-        configuration = {_CDF: "true", **(properties or {})}
+        configuration = {**TABLE_PROPERTIES, **(properties or {})}
         exists = self._exists()
         if exists:
             self._ensure_properties(configuration)
@@ -235,7 +202,7 @@ class DeltaSink:
         return written
 
     def _check_user_schema(self, schema: pa.Schema) -> None:
-        _check_not_reserved(schema.names)
+        check_not_reserved(schema.names)
         missing = [name for name in self.key_columns if name not in schema.names]
         if missing:
             raise SinkError(f"the key column(s) {missing} are not in the snapshot schema {schema.names}")
@@ -250,21 +217,52 @@ class DeltaSink:
 
     # -- changes ------------------------------------------------------------------------------------------
 
-    def apply_changes(self, changes: pa.Table, *, app_id: str, batch_version: int) -> ApplyResult:
+    def apply_changes(self, changes: pa.Table, *, app_id: str, batch_version: int,
+                      offsets: Offsets | None = None) -> ApplyResult:
         """Apply one batch of changes exactly once (see the module docstring for the rules).
 
         ``changes`` holds user columns (a subset of the table's; deletes need only the key) plus
-        ``_lakesync_pos``, ``_lakesync_op`` (c/u/d/r) and ``_lakesync_ts_ms``. Replaying a batch under the
-        same ``(app_id, batch_version)`` is a no-op; so is replaying any change the table already has.
+        ``_lakesync_pos``, ``_lakesync_op`` (c/u/d/r) and ``_lakesync_ts_ms``. ``offsets`` are the Kafka
+        offset ranges the batch read (recorded with the commit, and compared on a replay).
+
+        A batch whose ``(app_id, batch_version)`` is already committed is skipped only when that commit
+        recorded the same coverage (:mod:`lakesync.sink.coverage`); otherwise it is applied, which the
+        position rule makes harmless (append logs drop the positions they already hold). A batch id below
+        the committed one means the checkpoint is behind the table: that is logged, and the recorded
+        version never moves backwards. A commit that loses a race to a concurrent writer is re-planned
+        and retried (:mod:`lakesync.sink.writer`).
         """
+        def attempt(number: int) -> ApplyResult:
+            return self._apply_once(changes, app_id=app_id, batch_version=batch_version, offsets=offsets,
+                                    attempt=number)
+        return commit_with_retry(attempt, what=f"batch {batch_version} of {app_id}", table_uri=self.table_uri)
+
+    def _apply_once(self, changes: pa.Table, *, app_id: str, batch_version: int, offsets: Offsets | None,
+                    attempt: int) -> ApplyResult:
         table = self._open()
+        coverage = BatchCoverage.of(changes, offsets) if POS in changes.column_names else BatchCoverage.of(
+            pa.table({POS: pa.array([], pa.string())}), offsets)
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= batch_version:
-            return ApplyResult(skipped=True, changes=changes.num_rows, table_version=table.version())
-        commit = CommitProperties(
-            app_transactions=[Transaction(app_id, batch_version)],
-            custom_metadata={"lakesync.operation": f"apply_changes:{self.semantics}"},
-        )
+            if committed > batch_version:
+                log.warning(
+                    "%s: the stream's checkpoint is behind the table's recorded progress: batch %d arrives but "
+                    "batch %d is already committed under %s (a checkpoint restored from an older copy?); "
+                    "batches are re-applied unless provably the same work", self.table_uri, batch_version,
+                    committed, app_id)
+            recorded = recorded_coverage(table, app_id, batch_version)
+            if recorded is not None and recorded.same_work(coverage):
+                return ApplyResult(skipped=True, changes=changes.num_rows, table_version=table.version())
+            log.warning("%s: batch %d of %s was committed with other changes (%s) than it holds now (%s); "
+                        "applying it", self.table_uri, batch_version, app_id,
+                        "unknown" if recorded is None else f"{recorded.changes} from {recorded.first}",
+                        f"{coverage.changes} from {coverage.first}")
+        version = batch_version if committed is None else max(committed, batch_version)
+        commit = with_attempt(CommitProperties(
+            app_transactions=[Transaction(app_id, version)],
+            custom_metadata={"lakesync.operation": f"apply_changes:{self.semantics}",
+                             **coverage.metadata(app_id, batch_version)},
+        ), attempt)
         if self.semantics == "append_log":
             return self._append(table, changes, commit)
         return self._merge(table, changes, app_id=app_id, batch_version=batch_version, commit=commit)
@@ -274,10 +272,10 @@ class DeltaSink:
     ) -> ApplyResult:
         check_changes(changes, self.key_columns)
         target = _arrow_schema(table)
-        source = _conform(changes, target)
+        source = conform(changes, target)
         snapshot = table.transaction_version(SNAPSHOT_APP_ID)
         if snapshot is not None:
-            source = source.filter(pc.greater(source.column(POS), _decode_snapshot(snapshot)))
+            source = source.filter(pc.greater(source.column(POS), decode_snapshot(snapshot)))
         plan = plan_changes(source, self.key_columns)
         # Tombstones first: if we crash before the MERGE commits, the batch is replayed (its app transaction
         # is not on the target) and the tombstones are already there; the reverse order could lose them.
@@ -323,21 +321,10 @@ class DeltaSink:
         return deletes.join(existing, keys=self.key_columns, join_type="left semi")
 
     def _execute_merge(self, table: DeltaTable, source: pa.Table, commit: CommitProperties) -> dict[str, Any]:
-        """One MERGE for the whole batch; every clause is guarded by "source position is newer"."""
-        on = " AND ".join(f"t.{quote(name)} = s.{quote(name)}" for name in self.key_columns)
-        newer = f"s.{quote(POS)} > t.{quote(POS)}"
-        is_delete = f"s.{quote(OP)} = '{DELETE_OP}'"
-        not_delete = f"s.{quote(OP)} <> '{DELETE_OP}'"
-        values = {quote(name): f"s.{quote(name)}" for name in source.column_names}
         try:
-            return (
-                table.merge(source, on, source_alias="s", target_alias="t", streamed_exec=False,
-                            commit_properties=commit)
-                .when_matched_update(values, predicate=f"{not_delete} AND {newer}")
-                .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-                .when_not_matched_insert(values, predicate=not_delete)
-                .execute()
-            )
+            return merge_changes(table, source, key_columns=self.key_columns, commit=commit)
+        except CommitFailedError:
+            raise  # a lost commit race: commit_with_retry re-plans the batch
         except DeltaError as exc:
             raise SinkError(f"the MERGE into {self.table_uri} failed; nothing was committed: {exc}") from exc
 
@@ -345,17 +332,21 @@ class DeltaSink:
         """Record the app transaction when the batch changed no row (delta-rs skips empty commits)."""
         try:
             table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
+        except CommitFailedError:
+            raise
         except DeltaError as exc:
             raise SinkError(f"could not record the batch in {self.table_uri}: {exc}") from exc
         table.update_incremental()
 
     def _append(self, table: DeltaTable, changes: pa.Table, commit: CommitProperties) -> ApplyResult:
         check_changes(changes, [])
-        rows = _conform(changes, _arrow_schema(table), fill=True)
+        rows = self._not_logged_yet(conform(changes, _arrow_schema(table), fill=True))
         version_before = table.version()
         if rows.num_rows:
             try:
                 write_deltalake(table, rows, mode="append", commit_properties=commit)
+            except CommitFailedError:
+                raise
             except DeltaError as exc:
                 raise SinkError(f"the append to {self.table_uri} failed; nothing was committed: {exc}") from exc
             table.update_incremental()
@@ -364,6 +355,22 @@ class DeltaSink:
         return ApplyResult(skipped=False, changes=changes.num_rows, rows_inserted=rows.num_rows,
                            table_version=table.version())
 
+    def _not_logged_yet(self, rows: pa.Table) -> pa.Table:
+        """One row per position, minus the positions the log already holds, in position order.
+
+        A position identifies one row change, so a position already in the log is the same change replayed
+        (a re-planned batch, a restored checkpoint, a relay resend). Only the batch's position range is read.
+        """
+        if rows.num_rows == 0:
+            return rows
+        rows = last_change_per_key(rows, [POS])
+        bounds = pc.min_max(rows.column(POS))
+        low, high = (str(bounds[name].as_py()).replace("'", "''") for name in ("min", "max"))
+        logged = self.scan(columns=[POS], predicate=f"{quote(POS)} >= '{low}' AND {quote(POS)} <= '{high}'")
+        fresh = rows.join(logged.read_all().cast(pa.schema([pa.field(POS, pa.string())])), keys=[POS],
+                          join_type="left anti")
+        return fresh.take(pc.sort_indices(fresh, sort_keys=[(POS, "ascending")]))
+
     # -- schema and housekeeping --------------------------------------------------------------------------
 
     def add_columns(self, fields: list[pa.Field]) -> None:
@@ -371,7 +378,7 @@ class DeltaSink:
 
         A field that exists with another type is a type change, which delta-rs cannot apply in place.
         """
-        _check_not_reserved([field.name for field in fields])
+        check_not_reserved([field.name for field in fields])
         table = self._open()
         current = {field.name: field for field in table.schema().fields}
         new = []
@@ -403,37 +410,3 @@ class DeltaSink:
     def purge_tombstones(self, older_than_ms: int) -> int:
         """Drop tombstones of deletes older than ``older_than_ms`` (source time); returns how many."""
         return self.tombstones.purge(older_than_ms)
-
-
-def _check_not_reserved(names: list[str]) -> None:
-    reserved = [name for name in names if name.startswith(_RESERVED_PREFIX)]
-    if reserved:
-        raise SchemaChangeError(f"column name(s) {reserved} collide with lakesync's own columns")
-
-
-def _conform(changes: pa.Table, target: pa.Schema, *, fill: bool = False) -> pa.Table:
-    """``changes`` cast to the target's column types, in target order; ``fill`` adds missing columns as nulls.
-
-    A column the target lacks is a schema change the caller must apply first (:meth:`DeltaSink.add_columns`).
-    """
-    unknown = [name for name in changes.column_names if name not in target.names]
-    if unknown:
-        raise SchemaChangeError(
-            f"the changes carry column(s) {unknown} the Delta table does not have",
-            hint="apply the ADD COLUMN first (DeltaSink.add_columns), then the changes",
-        )
-    columns, fields = [], []
-    for field in target:
-        if field.name in changes.column_names:
-            column = changes.column(field.name)
-        elif fill or field.name in META_COLUMNS:
-            column = pa.nulls(changes.num_rows, field.type)
-        else:
-            continue
-        try:
-            columns.append(column.cast(field.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SinkError(f"column {field.name!r} does not fit the table's type {field.type}: {exc}") from exc
-        fields.append(field.with_nullable(True))
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
-

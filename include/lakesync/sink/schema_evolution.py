@@ -11,11 +11,9 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import DeltaError
 
 from lakesync.core.errors import SchemaChangeError
-from lakesync.sink.changes import POS
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+from lakesync.core.table_layout import POS
+from lakesync.sink.merge import quote
+from lakesync.sink.writer import commit_with_retry, with_attempt
 
 
 def make_nullable(table: DeltaTable, names: list[str], *, keep: list[str], uri: str) -> None:
@@ -35,12 +33,18 @@ def fill_columns(table: DeltaTable, values: dict[str, str], *, before_position: 
     """Write ``values`` (column -> SQL expression) into every row whose last change is older than
     ``before_position``: the rows that existed when the source added these columns with a default, which the
     source filled with it. Rows changed after the DDL carry their own value. Idempotent (a replayed batch
-    sets the same values again)."""
+    sets the same values again, so a commit conflict is retried on the newest version)."""
     if not values:
         return
+    commit = CommitProperties(custom_metadata={"lakesync.operation": "fill_added_columns"})
+
+    def step(attempt: int) -> None:
+        if attempt > 1:
+            table.update_incremental()
+        table.update(updates={quote(name): value for name, value in values.items()},
+                     predicate=f"{quote(POS)} < '{before_position}'", commit_properties=with_attempt(commit, attempt))
+
     try:
-        table.update(updates={_quote(name): value for name, value in values.items()},
-                     predicate=f"{_quote(POS)} < '{before_position}'",
-                     commit_properties=CommitProperties(custom_metadata={"lakesync.operation": "fill_added_columns"}))
+        commit_with_retry(step, what="filling added columns", table_uri=uri)
     except DeltaError as exc:
         raise SchemaChangeError(f"could not fill the added column(s) {sorted(values)} of {uri}: {exc}") from exc

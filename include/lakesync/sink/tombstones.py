@@ -18,7 +18,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from lakesync.core.errors import SinkError
-from lakesync.sink.changes import DELETED_MS, POS, TS
+from lakesync.core.table_layout import DELETED_MS, POS, TS
+from lakesync.sink.merge import quote
 
 
 def tombstone_uri(table_uri: str) -> str:
@@ -57,14 +58,20 @@ class TombstoneStore:
     def record(self, deletes: pa.Table, *, app_id: str, batch_version: int) -> int:
         """Append one tombstone per delete, in one commit tagged with ``(app_id, batch_version)``.
 
-        Skipped (returns 0) when that batch is already recorded, so a replay after a crash between this
-        write and the target's MERGE does not append the same tombstones again.
+        When that batch id is already recorded (a replay after a crash between this write and the target's
+        MERGE, or a batch re-planned from a restored checkpoint, possibly with more deletes), only the
+        tombstones not there yet are appended, so nothing doubles and nothing the new plan holds is missed.
+        The recorded version never moves backwards.
         """
         if deletes.num_rows == 0:
             return 0
         committed = self.committed_batch_version(app_id)
         if committed is not None and committed >= batch_version:
-            return 0
+            present = self.matching(deletes).cast(deletes.select([*self.key_columns, POS]).schema)
+            deletes = deletes.join(present, keys=[*self.key_columns, POS], join_type="left anti")
+            batch_version = committed
+            if deletes.num_rows == 0:
+                return 0
         rows = deletes.select([*self.key_columns, POS]).append_column(
             pa.field(DELETED_MS, pa.int64()), deletes.column(TS).cast(pa.int64())
         )
@@ -125,7 +132,7 @@ class TombstoneStore:
         if table is None:
             return 0
         try:
-            metrics = table.delete(f"`{DELETED_MS}` < {int(older_than_ms)}")
+            metrics = table.delete(f"{quote(DELETED_MS)} < {int(older_than_ms)}")
         except DeltaError as exc:
             raise SinkError(f"could not purge tombstones in {self.uri}: {exc}") from exc
         return int(metrics.get("num_deleted_rows", 0))

@@ -28,7 +28,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.core.state_files import write_text_atomically
-from lakesync.core.table_layout import POS
+from lakesync.core.table_layout import POS, table_semantics
 from lakesync.events.envelope import H_POS, SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.monitoring.stream_monitor import StreamMonitor
@@ -105,7 +105,7 @@ def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> lis
             topic=pipeline.topic(name),
             uri=uri,
             key_columns=key_columns,
-            semantics=settings.semantics or ("exactly_once" if key_columns else "append_log"),
+            semantics=table_semantics(settings.semantics, bool(key_columns)),
             handoff_key=table_state.position_key,
         ))
     if not tables:
@@ -221,7 +221,7 @@ class BatchApplier:
         settings = self.pipeline.tables.settings_for(name)
         keys = list(settings.key_columns or entry.key_columns)
         table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
-                        key_columns=keys, semantics=settings.semantics or ("exactly_once" if keys else "append_log"))
+                        key_columns=keys, semantics=table_semantics(settings.semantics, bool(keys)))
         self.by_topic[table.topic] = table
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
@@ -338,13 +338,15 @@ class BatchApplier:
         except SchemaChangeError as exc:
             self._stop(table_name, str(exc), batch_id, at=pc.min(changes.column(POS)).as_py())
             return
-        if result.skipped:  # replayed after a crash before Spark's checkpoint: applied and counted already
-            log.info("table %s: batch %d was already committed to Delta; skipped", table_name, batch_id)
+        if result.skipped:  # the same work, replayed after a crash before Spark's checkpoint: counted already
+            log.info("table %s: batch %d was already committed to Delta with the same changes; skipped",
+                     table_name, batch_id)
             return
         position, source_ts_ms = newest(changes)
         self.progress.record(table_name, batch_id=batch_id, rows=count, position=position, source_ts_ms=source_ts_ms)
         self.summary.tables[table_name] = self.summary.tables.get(table_name, 0) + count
         self.summary.changes += count
+
 
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:

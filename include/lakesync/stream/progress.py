@@ -10,6 +10,11 @@ it can't follow. While it is set the stream applies none of that table's changes
 table; lose the file and the stream resumes applying changes made after that DDL to the old table. A
 full load of the table after its stop (the command of its message) is what resumes it: the stream clears
 the flag itself when it sees that load (docs/schema_changes.md).
+
+:func:`applied_position` is the one answer to "how far has the stream applied this table" (validation's
+wait, the Airflow caught-up trigger): the largest of the progress file's position and the largest
+``_lakesync_pos`` in the file statistics of the Delta table and of its tombstone table, so a batch whose
+newest change is a delete counts as applied as soon as its tombstone is written.
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakesync.core.table_layout import POS
+
+if TYPE_CHECKING:
+    from lakesync.core.config import Pipeline
 
 PROGRESS_FILE = "stream_progress.json"
 
@@ -82,6 +93,34 @@ class StreamProgress:
             progress.applied_position = position
         if source_ts_ms is not None:
             progress.applied_source_ts_ms = max(source_ts_ms, progress.applied_source_ts_ms or 0)
+
+
+def delta_max_position(uri: str, storage_options: dict[str, str] | None = None) -> str | None:
+    """The largest ``_lakesync_pos`` in the table, from the add actions' statistics (None when unknown)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        actions = pa.table(DeltaTable(uri, storage_options=storage_options).get_add_actions(flatten=True))
+    except TableNotFoundError:
+        return None
+    column = f"max.{POS}"
+    if column not in actions.column_names or actions.num_rows == 0:
+        return None
+    return pc.max(actions[column]).as_py()
+
+
+def applied_position(pipeline: Pipeline, table: str) -> str | None:
+    """The newest source position the stream has applied to ``table`` (None: nothing yet); see the module doc."""
+    from lakesync.sink.tombstones import tombstone_uri
+
+    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
+    uri, storage = pipeline.delta.table_uri(table), pipeline.delta.storage_options or None
+    found = [progress.applied_position if progress else None, delta_max_position(uri, storage),
+             delta_max_position(tombstone_uri(uri), storage)]
+    return max((key for key in found if key is not None), default=None)
 
 
 def stopped_since_load(state_dir: Path, loaded: dict[str, str | None], tables: list[str]) -> dict[str, str]:

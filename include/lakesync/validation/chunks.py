@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pymysql
 
 from lakesync.core.types import quote_identifier
+from lakesync.sink.merge import quote
 from lakesync.source.table_reader import KeyRange, TableShape
 from lakesync.validation.fingerprints import row_hashes
 
@@ -59,7 +60,7 @@ class ChunkPlan:
     def delta_predicate(self, chunk: int) -> str:
         """The DataFusion predicate selecting one range chunk in the Delta table."""
         key_range = self.key_range(chunk)
-        column = '"' + self.key_columns[0].replace('"', '""') + '"'
+        column = quote(self.key_columns[0])
         parts = []
         if key_range.lower is not None:
             parts.append(f"{column} > {key_range.lower[0]}")

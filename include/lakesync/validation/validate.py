@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pymysql
 
 from lakesync.core.config import Pipeline
-from lakesync.core.table_layout import POS
+from lakesync.core.table_layout import POS, table_semantics
 from lakesync.source.table_reader import TableShape, describe_table, rows_per_read
 from lakesync.validation.catch_up import stopped_reason, wait_for_stream
 from lakesync.validation.chunks import plan_chunks
@@ -84,7 +84,7 @@ class _Context:
 
 def _semantics(pipeline: Pipeline, table: str, key_columns: Sequence[str]) -> str:
     configured = pipeline.tables.settings_for(table).semantics
-    return configured or ("exactly_once" if key_columns else "append_log")
+    return table_semantics(configured, bool(key_columns))
 
 
 def _validate_table(ctx: _Context, table: str, open_snapshot_fn: Callable[[], Any]) -> TableComparison:
