@@ -5,6 +5,8 @@ Target tables hold the source columns plus :data:`POS`, :data:`OP` and :data:`TS
 and sink alike). docs/sink.md describes the layout.
 """
 
+from typing import Literal, cast
+
 import pyarrow as pa
 
 #: The source position of the change (:meth:`lakesync.core.positions.SourcePosition.key`).
@@ -34,6 +36,8 @@ EXACTLY_ONCE = "exactly_once"
 APPEND_LOG = "append_log"
 
 
-def table_semantics(configured: str | None, has_key: bool) -> str:
+def table_semantics(configured: str | None, has_key: bool) -> Literal["exactly_once", "append_log"]:
     """The one default-semantics rule: the configured choice, else ``exactly_once`` with a key, ``append_log`` without."""
-    return configured or (EXACTLY_ONCE if has_key else APPEND_LOG)
+    chosen = configured or (EXACTLY_ONCE if has_key else APPEND_LOG)
+    assert chosen in (EXACTLY_ONCE, APPEND_LOG), f"unknown semantics {chosen!r}"  # config validates it
+    return cast(Literal["exactly_once", "append_log"], chosen)

@@ -148,7 +148,7 @@ def split_ranges(ranges: list[KafkaInputPartition], min_partitions: int | None) 
     total = sum(part.end - part.start for part in ranges)
     if not min_partitions or len(ranges) >= min_partitions or total == 0:
         return ranges
-    out = []
+    out: list[KafkaInputPartition] = []
     for part in ranges:
         size = part.end - part.start
         pieces = max(1, min(size, round(size * min_partitions / total)))

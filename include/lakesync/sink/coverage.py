@@ -56,7 +56,7 @@ class BatchCoverage:
     def of(cls, changes: pa.Table, offsets: Offsets | None = None) -> BatchCoverage:
         positions = pc.unique(changes.column(POS)) if changes.num_rows else pa.array([], pa.string())
         ordered = positions.take(pc.sort_indices(positions)).to_pylist()
-        digest = hashlib.sha256("\n".join(ordered).encode()).hexdigest()
+        digest = hashlib.sha256("\n".join(str(key) for key in ordered).encode()).hexdigest()
         return cls(
             changes=len(ordered),
             first=ordered[0] if ordered else None,

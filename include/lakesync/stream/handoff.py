@@ -63,7 +63,7 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
         earliest[table] = min(keys.values()) if keys else None
     if not any(earliest.values()):
         check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, None)
-    late = sorted(table for table, (_, key) in tables.items() if earliest[table] is None or earliest[table] > key)
+    late = sorted(table for table, (_, key) in tables.items() if (first := earliest[table]) is None or first > key)
     if late:
         raise GapError(
             "gap between the full load and the change log for " + ", ".join(late) + ": there is no relay progress "

@@ -38,6 +38,12 @@ CHUNK_ROWS = 50_000
 INPUT_COLUMNS = ("topic", "value", "headers")
 
 
+
+_CHUNK_FIELDS: list[tuple[str, pa.DataType]] = [("kind", pa.string()), ("table", pa.string()),
+                                                ("changes", pa.int64()), ("data", pa.binary())]
+_CHUNK_SCHEMA = pa.schema(_CHUNK_FIELDS)  # what each executor task sends the driver, per chunk of rows
+
+
 @dataclass(frozen=True)
 class ReducePlan:
     """The decode plan, and the key columns of each table reduced to its newest change per key."""
@@ -58,8 +64,7 @@ def _output(kind: str, table: str, changes: int, data: pa.Table) -> Iterator[pa.
         yield pa.RecordBatch.from_pydict({
             "kind": [kind], "table": [table], "changes": [changes if start == 0 else 0],
             "data": [_ipc(data.slice(start, CHUNK_ROWS))],
-        }, schema=pa.schema([("kind", pa.string()), ("table", pa.string()), ("changes", pa.int64()),
-                             ("data", pa.binary())]))
+        }, schema=_CHUNK_SCHEMA)
 
 
 class _Reducer:
