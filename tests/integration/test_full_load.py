@@ -24,6 +24,8 @@ from lakesync.full_load.chunk_runners import ChunkTask, ThreadChunkRunner
 from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import ChunkDone, LoadState
 from lakesync.sink.delta import DeltaSink
+from lakesync.validation.validate import validate_pipeline
+from tests.oracle import assert_tables_match
 
 pytestmark = pytest.mark.integration
 
@@ -266,6 +268,41 @@ def test_composite_and_missing_keys_load_every_row_once(make_pipeline, db) -> No
         messages = sorted(row["msg"] for row in _rows(pipeline, "log"))
         assert messages == sorted(f'line, "{n}"\n' for n in range(1, 251))
 
+
+
+@pytest.mark.parametrize("mode", ["consistent", "chunked"])
+def test_tables_mixing_collations_load_and_validate_identical(make_pipeline, db, mariadb, fresh_database: str,
+                                                               mode: str) -> None:
+    """Text columns of different character sets and collations in one row (key and non-key): the load's
+    one-line-per-row SQL must not mix their collations, and key ranges must follow each column's own order
+    (Swedish sorts 'ä' after 'z'; NO PAD keeps 'x' and 'x ' apart)."""
+    db.execute("CREATE TABLE mixed_key (region VARCHAR(8) CHARACTER SET latin1 COLLATE latin1_swedish_ci NOT NULL,"
+               " code VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL,"
+               " tag VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,"
+               " note TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, PRIMARY KEY (region, code, tag))")
+    keys = [(region, code, tag) for region in ("a", "Z", "ä", "ö", "å", "m")
+            for code in (*(f"c{i}" for i in range(8)), "É", "y")
+            for tag in ("x", "x ", "X", "é", "e", "t", "t ", "T", "ü", "u")]  # 600 rows: several ranges
+    db.executemany("INSERT INTO mixed_key VALUES (%s, %s, %s, %s)",
+                   [(*key, f"{'|'.join(key)} ü") for key in keys])
+    db.execute("CREATE TABLE mixed_text (id INT PRIMARY KEY,"
+               " a VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,"
+               " b VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,"
+               " c TEXT CHARACTER SET latin1 COLLATE latin1_swedish_ci NULL,"
+               " d VARCHAR(20) CHARACTER SET utf8mb3 COLLATE utf8mb3_unicode_ci NULL,"
+               " e ENUM('x', 'y') CHARACTER SET ascii COLLATE ascii_bin NULL)")
+    db.executemany("INSERT INTO mixed_text VALUES (%s, %s, %s, %s, %s, %s)",
+                   [(i, None if i % 4 == 0 else f"a{i} 🙂", f"b{i} ", f"c{i} åäö", f"d{i} é", None if i % 3 else "x")
+                    for i in range(1, 301)])
+    pipeline = make_pipeline(snapshot={"mode": mode, "chunk_rows": 10})
+    FullLoad(pipeline, restart=True).run()
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, fresh_database, {table: pipeline.delta.table_uri(table)
+                                                   for table in ("mixed_key", "mixed_text")})
+    for fast_read in (False, True):
+        report = validate_pipeline(pipeline, tables=["mixed_key", "mixed_text"], chunk_rows=10,
+                                   fast_read=fast_read, store=False, settle_timeout_s=1)
+        assert [(t.table, t.status) for t in report.tables] == [("mixed_key", "equal"), ("mixed_text", "equal")]
 
 TRICKY_TEXT = ["plain", "", "NULL", "=x", "a,b", 'say "hi"', "line\nbreak", "cr\r", "\r\n", "\nlead",
                "unit\x1fsep", "tab\tand\\slash", "nul\x00byte", "Überweisung 銀行 🙂", None]

@@ -58,6 +58,8 @@ RAW_BYTES_TYPES = BINARY_TYPES | {"bit", "geometry", "point", "linestring", "pol
 #: Upper bound for the text of one read; the server's max_allowed_packet may lower it.
 MAX_TEXT_BYTES = 8 * 1024 * 1024
 _NULL = "NULL"
+#: The one collation every text field of a row's line is put in (binary: it compares nothing, only joins).
+LINE_COLLATION = "utf8mb4_bin"
 _END_FIELD = "_lakesync_end_of_line"
 _TMP_FILE_RETRIES = 3
 
@@ -224,6 +226,10 @@ class _ColumnPlan:
     marked: bool = False
 
 
+def _is_utf8mb4(column: types.ColumnSpec) -> bool:
+    return (column.charset or "utf8mb4").lower() == "utf8mb4"
+
+
 def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
     """The text forms for the types :mod:`lakesync.core.types` maps to plain Arrow types; else the exact path."""
     name = quote_identifier(column.name)
@@ -258,8 +264,10 @@ def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
         parse = pa.date32() if pa.types.is_date32(arrow_type) else pa.timestamp("us")
         return _ColumnPlan(nullable(name), guarded, parse, target, "none" if parse == arrow_type else "cast")
     if kind in TEXT_TYPES and pa.types.is_string(arrow_type):
-        # Other character sets (latin1...) are converted: CONCAT would keep their bytes, which are not UTF-8.
-        text = name if (column.charset or "utf8mb4").lower().startswith("utf8") else f"CONVERT({name} USING utf8mb4)"
+        # Every text column goes as utf8mb4 (CONCAT would keep latin1's bytes, which are not UTF-8) under one
+        # explicit collation: columns of different collations in one CONCAT_WS are an "Illegal mix of
+        # collations" error otherwise. COLLATE changes no byte; the key ranges still compare in each column's own.
+        text = f"{name if _is_utf8mb4(column) else f'CONVERT({name} USING utf8mb4)'} COLLATE {LINE_COLLATION}"
         fast = f"IFNULL(CONCAT('=', {text}), '')" if target.nullable else text
         quoted = nullable(f"CONCAT('\"', REPLACE({text}, '\"', '\"\"'), '\"')")
         return _ColumnPlan(fast, quoted, arrow_type, target, "none", marked=target.nullable)
