@@ -227,7 +227,8 @@ class _ColumnPlan:
 
 
 def _is_utf8mb4(column: types.ColumnSpec) -> bool:
-    return (column.charset or "utf8mb4").lower() == "utf8mb4"
+    """Whether the column's text is utf8mb4 as stored (no charset, as MySQL 8 says of JSON, is converted)."""
+    return (column.charset or "").lower() == "utf8mb4"
 
 
 def _plan_column(column: types.ColumnSpec, target: pa.Field) -> _ColumnPlan:
