@@ -10,7 +10,9 @@ Offsets travel in Spark's JSON form, ``{"topic": {"0": 23}}``: the next offset t
 ``trigger(availableNow=True)`` is supported (the reader implements ``SupportsTriggerAvailableNow``), and
 ``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` API, and ``minPartitions`` cuts
 busy topic-partitions into consecutive offset ranges so that one partition can keep several cores busy.
-Executors hand Spark Arrow record batches, not rows.
+Executors hand Spark Arrow record batches, not rows. With ``output=ranges`` each task hands Spark only its
+planned range (one row): for an app that reads the messages on its executors itself, as the lakesync stream
+does (it decodes them in the same Python process that reads them, so raw records never cross the JVM).
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ KAFKA_SCHEMA = StructType([
     StructField("timestampType", IntegerType()),
     StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                  StructField("value", BinaryType())]))),
+])
+
+#: With ``output=ranges``: one row per planned offset range ``[startOffset, endOffset)`` of a topic-partition.
+RANGES_SCHEMA = StructType([
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("startOffset", LongType()),
+    StructField("endOffset", LongType()),
 ])
 
 #: Messages per Arrow record batch handed to Spark.
@@ -140,6 +150,26 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
         pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_struct, type=headers_type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _range_batch(part: KafkaInputPartition) -> pa.RecordBatch:
+    """``output=ranges``: the range itself as the task's one row."""
+    return pa.RecordBatch.from_pydict({"topic": [part.topic], "partition": [part.partition],
+                                       "startOffset": [part.start], "endOffset": [part.end]},
+                                      schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                                                        ("startOffset", pa.int64()), ("endOffset", pa.int64())]))
+
+
+def ranges_of(rows: Sequence) -> list[KafkaInputPartition]:
+    """The offset ranges back from ``output=ranges`` rows (``collect()`` of a micro-batch)."""
+    return [KafkaInputPartition(row["topic"], row["partition"], row["startOffset"], row["endOffset"]) for row in rows]
+
+
+def read_task(options: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """What one task of either reader returns for ``part``: its messages, or the range (``output=ranges``)."""
+    if options.output == "ranges":
+        return iter([_range_batch(part)] if part.end > part.start else [])
+    return read_range(options.client, part, poll_timeout_s=options.poll_timeout_s)
 
 
 def split_ranges(ranges: list[KafkaInputPartition], min_partitions: int | None) -> list[KafkaInputPartition]:
@@ -359,7 +389,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
-        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+        return read_task(self.options, partition)
 
     def commit(self, end: OffsetJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
@@ -391,7 +421,7 @@ class KafkaBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, KafkaInputPartition):
             return iter(())  # Spark's placeholder when there is nothing to read
-        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+        return read_task(self.options, partition)
 
 
 class KafkaDataSource(DataSource):
@@ -402,7 +432,7 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        return RANGES_SCHEMA if self._options().output == "ranges" else KAFKA_SCHEMA
 
     def _options(self) -> KafkaSourceOptions:
         return KafkaSourceOptions.from_options(self.options)
