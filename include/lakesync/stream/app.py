@@ -405,6 +405,9 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         if query.isActive:
             query.stop()
         applier.monitor.close(applier.progress)
+        if log.isEnabledFor(logging.DEBUG):  # where each trigger's time went, for whoever tunes the stream
+            for progress in query.recentProgress:
+                log.debug("trigger %s: %s ms", progress.batchId, progress.durationMs)
     if query.exception():
         raise stream_failure(pipeline.name, query.exception())
     return applier.summary
