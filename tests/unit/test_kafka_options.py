@@ -206,3 +206,42 @@ def test_min_partitions_cuts_busy_ranges_into_consecutive_pieces_that_cover_them
         assert mine[0].start == original.start and mine[-1].end == original.end
         assert all(left.end == right.start for left, right in itertools.pairwise(mine))
     assert split_ranges(ranges, None) == ranges and split_ranges(ranges, 2) == ranges
+
+
+class _ErrorEvent:
+    """A consumer-level error as confluent-kafka delivers it: an event with an error and no offset."""
+
+    def error(self):
+        from confluent_kafka import KafkaError
+
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Receive failed: message larger than receive.message.max.bytes")
+
+    def offset(self):
+        return None
+
+
+class _FakeConsumer:
+    """Records its config; every consume answers with one error event."""
+
+    last_config: dict | None = None
+
+    def __init__(self, config: dict) -> None:
+        _FakeConsumer.last_config = config
+
+    def assign(self, _partitions) -> None: ...
+    def consume(self, _count, timeout):
+        return [_ErrorEvent()]
+    def close(self) -> None: ...
+
+
+def test_an_error_event_without_an_offset_fails_the_read_as_a_broker_error(monkeypatch):
+    from lakesync.core.errors import BrokerError
+    from lakesync.kafka import spark_source
+
+    monkeypatch.setattr(spark_source, "Consumer", _FakeConsumer)
+    with pytest.raises(BrokerError, match=r"receive\.message\.max\.bytes"):
+        list(spark_source.read_range({"bootstrap.servers": "b:9092", "queued.min.messages": "5"},
+                                     KafkaInputPartition("t", 0, 0, 10), poll_timeout_s=5))
+    config = _FakeConsumer.last_config or {}
+    assert config["queued.max.messages.kbytes"] == "8192"  # the executor's bounded prefetch by default
+    assert config["queued.min.messages"] == "5"  # what the user gave wins
