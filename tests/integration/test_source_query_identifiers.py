@@ -49,7 +49,7 @@ def pipeline(stack, fresh_database, tmp_path, monkeypatch, mariadb):
                 # the test's own statement with parameters doubles the name's % (the rule under test)
                 f"INSERT INTO {q(fresh_database)}.{q(table).replace('%', '%%')} VALUES (%s, %s, %s, %s, %s, %s)",
                 [(i, f"{i}.05", f"100% 'n' \"{i}\" `", "2026-11-19 12:00:00.000001", i / 3,
-                  f"2026-11-19 0{i % 9}:00:00.{i:06d}") for i in range(1, 41)],
+                  f"2026-11-19 {2 + i % 9:02d}:00:00.{i:06d}") for i in range(1, 41)],
             )
     overrides = {table: {"watermark": {"column": WATERMARK}} for table in (PERCENT, QUOTES)}
     return parse_pipeline(
