@@ -80,7 +80,7 @@ def source_table(database: str, name: str, column_names: Sequence[str]) -> Table
 
 
 def select_rows(source: TableClause, columns: Sequence[ColumnSpec],
-                where: ColumnElement[bool] | None = None) -> Select[Any]:
+                where: ColumnElement[bool] | None = None) -> Select:
     """Every column of ``source``, in order, read without loss over the text protocol (FLOAT as DOUBLE: the
     server prints FLOAT with 6 significant digits, DOUBLE the stored single-precision value exactly, as the
     binlog has it). ``where`` must be built on the same ``source`` object, or it becomes a second FROM."""
@@ -122,13 +122,13 @@ def _tuple_compare(source: TableClause, key: Sequence[str], values: Sequence[Any
     return or_(*clauses)
 
 
-def key_bounds(database: str, name: str, key: str) -> Select[Any]:
+def key_bounds(database: str, name: str, key: str) -> Select:
     """``MIN(key), MAX(key), COUNT(*)``: to cut an integer key into ranges."""
     source = source_table(database, name, [key])
     return select(func.min(source.c[key]), func.max(source.c[key]), func.count()).select_from(source)
 
 
-def row_count(database: str, name: str) -> Select[Any]:
+def row_count(database: str, name: str) -> Select:
     return select(func.count()).select_from(source_table(database, name, []))
 
 
@@ -138,14 +138,14 @@ def expression(sql: str) -> ColumnElement[Any]:
     return literal_column(sql)
 
 
-def compile_statement(statement: Select[Any]) -> tuple[str, tuple[Any, ...]]:
+def compile_statement(statement: Select) -> tuple[str, tuple[Any, ...]]:
     """The SQL text for PyMySQL and its parameters, in order (expanding ``IN`` lists rendered out)."""
     compiled = statement.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True})
     params = compiled.construct_params()
     return str(compiled), tuple(params[name] for name in compiled.positiontup or ())
 
 
-def execute(cursor: Any, statement: Select[Any]) -> None:
+def execute(cursor: Any, statement: Select) -> None:
     """Run ``statement`` on a PyMySQL ``cursor``; fetch from the cursor as usual.
 
     The parameters go as a tuple even when empty: PyMySQL formats the text only when it gets parameters,

@@ -278,7 +278,7 @@ class RangeReader:
                                  quoted_strings_can_be_null=False),
         )
 
-    def range_query(self, key_range: KeyRange, *, safe: bool) -> Select[Any]:
+    def range_query(self, key_range: KeyRange, *, safe: bool) -> Select:
         line = self._safe_line if safe else self._fast_line
         source = self.shape.source_table()
         query = select(func.count(), queries.expression(f"CAST(GROUP_CONCAT({line} SEPARATOR '\\n') AS BINARY)")
@@ -319,7 +319,7 @@ class RangeReader:
             self._safe = True
 
     @staticmethod
-    def _query(cursor: pymysql.cursors.Cursor, query: Select[Any]) -> tuple[int, bytes | None]:
+    def _query(cursor: pymysql.cursors.Cursor, query: Select) -> tuple[int, bytes | None]:
         for attempt in range(_TMP_FILE_RETRIES):
             try:
                 queries.execute(cursor, query)
