@@ -111,6 +111,14 @@ def test_max_offsets_per_trigger_must_be_a_positive_integer(bad):
         KafkaSourceOptions.from_options({**BASE, "maxOffsetsPerTrigger": bad})
 
 
+def test_output_is_records_by_default_and_refuses_anything_but_records_or_ranges():
+    assert KafkaSourceOptions.from_options(BASE).output == "records"
+    assert KafkaSourceOptions.from_options({**BASE, "output": "Ranges"}).output == "ranges"
+    with pytest.raises(ConfigError, match="option output") as info:
+        KafkaSourceOptions.from_options({**BASE, "output": "rows"})
+    assert "ranges" in info.value.hint
+
+
 def test_assign_option_is_refused_with_the_alternative():
     with pytest.raises(ConfigError, match="assign") as info:
         KafkaSourceOptions.from_options({**BASE, "assign": '{"t": [0]}'})

@@ -71,6 +71,7 @@ class StreamBenchResult:
     freshness_p50_s: float
     freshness_p99_s: float
     peak_rss_mb: float
+    peak_pss_mb: float
     peak_rss_stream_seconds: float
     end_to_end_seconds: float
     raw_decode_seconds: float
@@ -92,34 +93,50 @@ class StreamBenchResult:
 
 
 class RssSampler(threading.Thread):
-    """Samples the RSS of a process (this one by default) and its children, Spark's JVM and Python workers
-    included (not the embedded servers), twice a second."""
+    """Samples the memory of a process (this one by default) and its children, Spark's JVM and Python workers
+    included (not the embedded servers), twice a second: the sum of their RSS (what the issue's target is
+    set on; it counts the shared libraries every Python process maps, pyarrow's among them, once per
+    process) and the sum of their PSS (shared pages divided among the processes that share them: what the
+    tree really takes from the machine)."""
 
     _SERVERS = ("mariadbd", "mysqld", "tansu")
 
     def __init__(self, pid: int | None = None) -> None:
         super().__init__(name="rss-sampler", daemon=True)
         self.peak_bytes = 0
+        self.peak_pss_bytes = 0
         self.peak_parts: list[str] = []
         self.pid = pid
         self._halt = threading.Event()
+
+    @staticmethod
+    def role(process: Any) -> str:
+        """What a process of the tree is, from its command line (Spark's daemon, a Python worker, the JVM)."""
+        line = " ".join(process.cmdline())
+        for marker, role in (("pyspark.daemon", "python-daemon"), ("pyspark.worker", "python-worker"),
+                             ("pyspark.sql.", "python-planner"), ("java", "jvm"), ("lakesync", "driver")):
+            if marker in line:
+                return role
+        return process.name()
 
     def run(self) -> None:
         import psutil
 
         me = psutil.Process(self.pid)
         while not self._halt.wait(0.5):
-            total, parts = 0, []
+            total, pss, parts = 0, 0, []
             for process in [me, *me.children(recursive=True)]:
                 try:
                     if not any(server in process.name() for server in self._SERVERS):
-                        rss = process.memory_info().rss
-                        total += rss
-                        parts.append(f"{process.name()} {rss / 2**20:.0f}")
+                        memory = process.memory_full_info()
+                        total += memory.rss
+                        pss += memory.pss
+                        parts.append(f"{self.role(process)} {memory.rss / 2**20:.0f}/{memory.pss / 2**20:.0f}")
                 except psutil.Error:
                     continue
             if total > self.peak_bytes:
                 self.peak_bytes, self.peak_parts = total, parts
+            self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
 
     def reset(self) -> float:
         """The peak so far (MB); sampling goes on from zero."""
@@ -349,9 +366,9 @@ def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes:
         spark.stop()
 
 
-def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float]:
-    """Peak RSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python workers
-    included) while it works off the backlog, and its wall time (start-up included); driver heap
+def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float, float]:
+    """Peak RSS and peak PSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python
+    workers included) while it works off the backlog, and its wall time (start-up included); driver heap
     :data:`STREAM_DRIVER_MEMORY`."""
     import subprocess
     import sys
@@ -370,10 +387,10 @@ def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, f
     sampler.start()
     code = process.wait()
     peak = sampler.stop()
-    log.info("stream process tree at its peak (MB): %s", ", ".join(sampler.peak_parts))
+    log.info("stream process tree at its peak (MB, RSS/PSS): %s", ", ".join(sampler.peak_parts))
     if code:
         raise LakesyncError(f"`lakesync stream --once` exited with {code} in the peak-RSS phase")
-    return peak, time.perf_counter() - began
+    return peak, sampler.peak_pss_bytes / 2**20, time.perf_counter() - began
 
 
 def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, merge_rows: tuple[int, int] | None = None,
@@ -413,8 +430,9 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
                                  server_id + 1)
         relay_rate = relay_only(phase("relay"), generated)
         log.info("relay alone: %.0f changes/s", relay_rate)
-        stream_peak, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
-        log.info("stream process alone: peak RSS %.0f MB over %.1f s", stream_peak, rss_seconds)
+        stream_peak, stream_peak_pss, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
+        log.info("stream process alone: peak RSS %.0f MB (PSS %.0f MB) over %.1f s", stream_peak, stream_peak_pss,
+                 rss_seconds)
         warm = {"max_offsets_per_trigger": WARM_UP_BATCH}
         stream_rate, stream_batches = _stream_only_on("local[2]", phase("stream2"), phase("warm2", **warm), generated)
         log.info("stream alone, 2 cores: %.0f changes/s", stream_rate)
@@ -451,6 +469,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         freshness_p50_s=round(float(np.percentile(delays, 50)), 3) if delays.size else float("nan"),
         freshness_p99_s=round(float(np.percentile(delays, 99)), 3) if delays.size else float("nan"),
         peak_rss_mb=round(stream_peak, 1),
+        peak_pss_mb=round(stream_peak_pss, 1),
         peak_rss_stream_seconds=round(rss_seconds, 1),
         end_to_end_seconds=round(e2e_seconds, 3),
         raw_decode_seconds=round(raw_seconds, 3),
@@ -497,7 +516,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"freshness at {result.freshness_load_changes_per_s:,.0f} changes/s: p50 {result.freshness_p50_s:.2f} s, "
               f"p99 {result.freshness_p99_s:.2f} s (target p99 <= 2 s)")
         print(f"peak RSS, stream process: {result.peak_rss_mb:.0f} MB over {result.peak_rss_stream_seconds:.0f} s "
-              f"(target <= 1500; the bench process itself {result.driver_peak_rss_mb:.0f} MB)")
+              f"(PSS {result.peak_pss_mb:.0f} MB; target <= 1500; the bench process itself {result.driver_peak_rss_mb:.0f} MB)")
     return 0
 
 
