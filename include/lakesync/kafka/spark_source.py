@@ -80,6 +80,10 @@ RANGES_SCHEMA = StructType([
     StructField("endOffset", LongType()),
 ])
 
+_RANGE_FIELDS: list[pa.Field] = [pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                                 pa.field("startOffset", pa.int64()), pa.field("endOffset", pa.int64())]
+_RANGE_ARROW = pa.schema(_RANGE_FIELDS)
+
 #: librdkafka prefetches up to 64 MB per partition by default, held by every executor task on top of the
 #: batch it is building; 8 MB keeps the task's memory down at no cost in speed (the task consumes faster
 #: than the broker fills it). Given ``kafka.*`` options override these.
@@ -150,9 +154,7 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
 def _range_batch(part: KafkaInputPartition) -> pa.RecordBatch:
     """``output=ranges``: the range itself as the task's one row."""
     return pa.RecordBatch.from_pydict({"topic": [part.topic], "partition": [part.partition],
-                                       "startOffset": [part.start], "endOffset": [part.end]},
-                                      schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                                                        ("startOffset", pa.int64()), ("endOffset", pa.int64())]))
+                                       "startOffset": [part.start], "endOffset": [part.end]}, schema=_RANGE_ARROW)
 
 
 def ranges_of(rows: Sequence) -> list[KafkaInputPartition]:
