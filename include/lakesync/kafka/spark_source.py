@@ -84,11 +84,6 @@ _RANGE_FIELDS: list[pa.Field] = [pa.field("topic", pa.string()), pa.field("parti
                                  pa.field("startOffset", pa.int64()), pa.field("endOffset", pa.int64())]
 _RANGE_ARROW = pa.schema(_RANGE_FIELDS)
 
-#: librdkafka prefetches up to 64 MB per partition by default, held by every executor task on top of the
-#: batch it is building; 8 MB keeps the task's memory down at no cost in speed (the task consumes faster
-#: than the broker fills it). Given ``kafka.*`` options override these.
-_READ_DEFAULTS = {"queued.max.messages.kbytes": "8192", "queued.min.messages": "20000"}
-
 #: Messages per Arrow record batch handed to Spark.
 _ARROW_BATCH_ROWS = 8192
 
@@ -203,7 +198,7 @@ def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_tim
     if part.end <= part.start:
         return
     where = f"{part.topic}/{part.partition}"
-    consumer = Consumer({**_READ_DEFAULTS, **client, "auto.offset.reset": "error", "enable.partition.eof": "true"})
+    consumer = Consumer({**client, "auto.offset.reset": "error", "enable.partition.eof": "true"})
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         next_offset, last_progress, reached_end = part.start, time.monotonic(), False
