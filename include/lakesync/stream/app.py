@@ -159,13 +159,13 @@ class BatchApplier:
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         self._resume_reloaded()
-        batch = run_on_executors(batch_df, self._plan({}), self.source)
+        batch = run_on_executors(batch_df, self.plan({}), self.source)
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
-            batch = run_on_executors(batch_df, self._plan(stop_before), self.source)
+            batch = run_on_executors(batch_df, self.plan(stop_before), self.source)
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
         self._record_skipped(batch, stop_before)
         for table_name, reduced in batch.tables.items():
@@ -230,7 +230,7 @@ class BatchApplier:
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
-    def _plan(self, stop_before: dict[str, str]) -> ReducePlan:
+    def plan(self, stop_before: dict[str, str]) -> ReducePlan:
         """What the executors decode and reduce: the tables not stopped, with their current schemas."""
         live = {name for name in self.sinks if not self._stopped(name)}
         decode = DecodePlan(
@@ -346,6 +346,13 @@ class BatchApplier:
         self.summary.changes += count
 
 
+def source_options(pipeline: Pipeline, topics: list[str]) -> dict[str, str]:
+    """The ``lakesync-kafka`` options the stream reads ``topics`` with: the pipeline's client settings, and
+    ranges as output (the executors read each range themselves: :mod:`lakesync.stream.reduce`)."""
+    options = {f"kafka.{key}": value for key, value in kafka_client_config(pipeline).items()}
+    return {**options, "subscribe": ",".join(topics), "output": "ranges"}
+
+
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
     """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
@@ -360,11 +367,9 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     checkpoint = checkpoint_dir(pipeline)
     fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
-    options = {f"kafka.{key}": value for key, value in client.items()}
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = [*(t.topic for t in selected), schema_topic]
-    options["subscribe"] = ",".join(topics)
-    options["output"] = "ranges"  # the executors read each range themselves (lakesync.stream.reduce)
+    options = source_options(pipeline, topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
