@@ -48,17 +48,12 @@ def delta_rows(uri: str | Path, columns: list[str] | None = None) -> list[dict[s
 
 def source_arrow(conn: pymysql.connections.Connection, database: str, table: str) -> pa.Table:
     """The whole source table as Arrow, converted by lakesync's type map as the full load converts it."""
-    from lakesync.core.types import (
-        SNAPSHOT_TIME_ZONE_SQL,
-        arrow_table_from_db_rows,
-        quote_identifier,
-        snapshot_select_list,
-    )
+    from lakesync.core.types import SNAPSHOT_TIME_ZONE_SQL, arrow_table_from_db_rows
+    from lakesync.source import queries
     from lakesync.source.schema import read_table_columns
 
     columns = read_table_columns(conn, database, table)
-    sql = f"SELECT {snapshot_select_list(columns)} FROM {quote_identifier(database)}.{quote_identifier(table)}"
     with conn.cursor() as cursor:
         cursor.execute(SNAPSHOT_TIME_ZONE_SQL)
-        cursor.execute(sql)
+        queries.execute(cursor, queries.select_rows(queries.source_table(database, table, [c.name for c in columns]), columns))
         return arrow_table_from_db_rows(columns, list(cursor.fetchall()))

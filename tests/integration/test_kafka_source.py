@@ -182,6 +182,24 @@ def test_batch_read_honours_starting_and_ending_offsets(kafka_spark, broker):
         backwards.load().collect()
 
 
+def test_ranges_output_gives_each_planned_range_once_and_the_stream_resumes_after_them(kafka_spark, broker,
+                                                                                      tmp_path):
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, range(100))  # 50 per partition
+    checkpoint = str(tmp_path / "checkpoint")
+    ranges = stream(kafka_spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", output="ranges",
+                    minPartitions="4")
+    first = [row.asDict() for batch in run_available_now(ranges, checkpoint) for row in batch]
+    # four tasks: each partition's 50 messages cut in two consecutive pieces that cover them exactly
+    assert sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in first) == \
+        [(0, 0, 25), (0, 25, 50), (1, 0, 25), (1, 25, 50)]
+    assert {r["topic"] for r in first} == {topic}
+    produce(broker.bootstrap, topic, range(100, 104))
+    again = [row.asDict() for batch in run_available_now(ranges, checkpoint) for row in batch]
+    assert sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in again) == \
+        [(0, 50, 51), (0, 51, 52), (1, 50, 51), (1, 51, 52)]
+
+
 @pytest.mark.slow
 def test_throughput_of_200k_messages_into_a_counting_foreach_batch(kafka_spark, broker, tmp_path):
     """Measurement, not a check: prints rows/s. Run with ``-m slow -s``."""

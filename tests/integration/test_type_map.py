@@ -39,8 +39,8 @@ from lakesync.core.types import (
     arrow_value_from_json,
     json_row_from_binlog,
     json_row_from_db,
-    snapshot_select_list,
 )
+from lakesync.source import queries
 from lakesync.source.binlog import BinlogSource
 from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
 
@@ -365,8 +365,9 @@ def type_map(mariadb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Type
 
             columns = read_table_columns(conn, database, "type_map")
             cur.execute(SNAPSHOT_TIME_ZONE_SQL)
-            cur.execute(f"SELECT {snapshot_select_list(columns)} FROM type_map ORDER BY row_no")
-            snapshot_rows = list(cur.fetchall())
+            source = queries.source_table(database, "type_map", [c.name for c in columns])
+            queries.execute(cur, queries.select_rows(source, columns))
+            snapshot_rows = sorted(cur.fetchall(), key=lambda row: row[0])  # row_no
 
             stream = BinLogStreamReader(
                 connection_settings={

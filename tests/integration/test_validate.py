@@ -276,8 +276,9 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
     about half a second late, with their positions; validation must see through the churn."""
     import random
 
-    from lakesync.core.types import arrow_table_from_db_rows, snapshot_select_list
+    from lakesync.core.types import arrow_table_from_db_rows
     from lakesync.sink import DeltaSink
+    from lakesync.source import queries
     from lakesync.source.schema import read_table_columns
 
     db, uri = pipeline.source.database, pipeline.delta.table_uri(LEDGER)
@@ -308,8 +309,8 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
                 else:
                     cur.execute(f"DELETE FROM {q(db)}.{q(LEDGER)} WHERE {q(ID)} = %s", (key,))
                 at = current_position(conn).key()
-                cur.execute(f"SELECT {snapshot_select_list(columns)} FROM {q(db)}.{q(LEDGER)} WHERE {q(ID)} = %s",
-                            (key,))
+                ledger = queries.source_table(db, LEDGER, [c.name for c in columns])
+                queries.execute(cur, queries.select_rows(ledger, columns, ledger.c[ID] == key))
                 found = cur.fetchall()
                 change = arrow_table_from_db_rows(columns, list(found)) if found else pa.table(
                     {ID: pa.array([key], rows.schema.field(ID).type)})

@@ -111,6 +111,14 @@ def test_max_offsets_per_trigger_must_be_a_positive_integer(bad):
         KafkaSourceOptions.from_options({**BASE, "maxOffsetsPerTrigger": bad})
 
 
+def test_output_is_records_by_default_and_refuses_anything_but_records_or_ranges():
+    assert KafkaSourceOptions.from_options(BASE).output == "records"
+    assert KafkaSourceOptions.from_options({**BASE, "output": "Ranges"}).output == "ranges"
+    with pytest.raises(ConfigError, match="option output") as info:
+        KafkaSourceOptions.from_options({**BASE, "output": "rows"})
+    assert "ranges" in info.value.hint
+
+
 def test_assign_option_is_refused_with_the_alternative():
     with pytest.raises(ConfigError, match="assign") as info:
         KafkaSourceOptions.from_options({**BASE, "assign": '{"t": [0]}'})
@@ -198,3 +206,36 @@ def test_min_partitions_cuts_busy_ranges_into_consecutive_pieces_that_cover_them
         assert mine[0].start == original.start and mine[-1].end == original.end
         assert all(left.end == right.start for left, right in itertools.pairwise(mine))
     assert split_ranges(ranges, None) == ranges and split_ranges(ranges, 2) == ranges
+
+
+class _ErrorEvent:
+    """A consumer-level error as confluent-kafka delivers it: an event with an error and no offset."""
+
+    def error(self):
+        from confluent_kafka import KafkaError
+
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Receive failed: message larger than receive.message.max.bytes")
+
+    def offset(self):
+        return None
+
+
+class _FakeConsumer:
+    """Every consume answers with one error event."""
+
+    def __init__(self, _config: dict) -> None: ...
+
+    def assign(self, _partitions) -> None: ...
+    def consume(self, _count, timeout):
+        return [_ErrorEvent()]
+    def close(self) -> None: ...
+
+
+def test_an_error_event_without_an_offset_fails_the_read_as_a_broker_error(monkeypatch):
+    from lakesync.core.errors import BrokerError
+    from lakesync.kafka import spark_source
+
+    monkeypatch.setattr(spark_source, "Consumer", _FakeConsumer)
+    with pytest.raises(BrokerError, match=r"receive\.message\.max\.bytes"):
+        list(spark_source.read_range({"bootstrap.servers": "b:9092"}, KafkaInputPartition("t", 0, 0, 10),
+                                     poll_timeout_s=5))

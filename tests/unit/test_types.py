@@ -26,7 +26,6 @@ from lakesync.core.types import (
     json_row_from_binlog,
     json_row_from_db,
     json_value,
-    snapshot_select_expression,
 )
 
 UTC = dt.UTC
@@ -292,11 +291,6 @@ def test_upper_case_data_type_is_accepted() -> None:
 def test_enum_values_are_parsed_from_the_column_type_in_order() -> None:
     column = ColumnSpec("e", "enum", "enum('b','it''s','a,c','back\\\\slash')")
     assert column.allowed_values == ("b", "it's", "a,c", "back\\slash")
-
-
-def test_float_is_read_as_double_to_keep_its_stored_value() -> None:
-    assert snapshot_select_expression(col("float", "f`x")) == "CAST(`f``x` AS DOUBLE) AS `f``x`"
-    assert snapshot_select_expression(col("double", "d")) == "`d`"
 
 
 @pytest.mark.parametrize("column_type", ["YEAR", "FLOAT", "DOUBLE", "ENUM('a')", "VARCHAR(3)", "CHAR(2)", "TEXT",

@@ -8,7 +8,8 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 3. baselines: a bare python-mysql-replication loop decodes exactly those changes; the relay alone
    publishes them to its own topics;
 4. the stream alone over those topics: ``lakesync stream --once`` in its own process for the peak RSS of
-   its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling;
+   its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling, and on
+   each the executors' tasks alone over the same topics (read, decode, reduce: the part that scales out);
 5. backpressure: the relay with a lag bound, the stream stopped, then running;
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
@@ -42,7 +43,13 @@ from lakesync.source.server_checks import current_position
 from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb
 from lakesync_devkit.bench.merge_cost import merge_cost_growth
 from lakesync_devkit.bench.relay import raw_decode
-from lakesync_devkit.bench.stream_phases import backpressure, copy_pipeline, relay_only, stream_only
+from lakesync_devkit.bench.stream_phases import (
+    backpressure,
+    copy_pipeline,
+    executor_tasks_rate,
+    relay_only,
+    stream_only,
+)
 from lakesync_devkit.demo.database import create_demo_database, seed_transactions
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID, DevStack
 
@@ -71,6 +78,7 @@ class StreamBenchResult:
     freshness_p50_s: float
     freshness_p99_s: float
     peak_rss_mb: float
+    peak_pss_mb: float
     peak_rss_stream_seconds: float
     end_to_end_seconds: float
     raw_decode_seconds: float
@@ -84,6 +92,9 @@ class StreamBenchResult:
     stream_vs_relay: float
     stream_only_1_core_changes_per_s: float
     executor_scaling: float
+    #: the executors' part alone (read, decode, reduce; no driver, no Delta) on local[2], and over local[1]
+    executor_tasks_changes_per_s: float
+    executor_tasks_scaling: float
     stream_only_batches: int
     batch_bound: int | None
     backpressure: dict[str, Any]
@@ -92,34 +103,50 @@ class StreamBenchResult:
 
 
 class RssSampler(threading.Thread):
-    """Samples the RSS of a process (this one by default) and its children, Spark's JVM and Python workers
-    included (not the embedded servers), twice a second."""
+    """Samples the memory of a process (this one by default) and its children, Spark's JVM and Python workers
+    included (not the embedded servers), twice a second: the sum of their RSS (what the issue's target is
+    set on; it counts the shared libraries every Python process maps, pyarrow's among them, once per
+    process) and the sum of their PSS (shared pages divided among the processes that share them: what the
+    tree really takes from the machine)."""
 
     _SERVERS = ("mariadbd", "mysqld", "tansu")
 
     def __init__(self, pid: int | None = None) -> None:
         super().__init__(name="rss-sampler", daemon=True)
         self.peak_bytes = 0
+        self.peak_pss_bytes = 0
         self.peak_parts: list[str] = []
         self.pid = pid
         self._halt = threading.Event()
+
+    @staticmethod
+    def role(process: Any) -> str:
+        """What a process of the tree is, from its command line (Spark's daemon, a Python worker, the JVM)."""
+        line = " ".join(process.cmdline())
+        for marker, role in (("pyspark.daemon", "python-daemon"), ("pyspark.worker", "python-worker"),
+                             ("pyspark.sql.", "python-planner"), ("java", "jvm"), ("lakesync", "driver")):
+            if marker in line:
+                return role
+        return process.name()
 
     def run(self) -> None:
         import psutil
 
         me = psutil.Process(self.pid)
         while not self._halt.wait(0.5):
-            total, parts = 0, []
+            total, pss, parts = 0, 0, []
             for process in [me, *me.children(recursive=True)]:
                 try:
                     if not any(server in process.name() for server in self._SERVERS):
-                        rss = process.memory_info().rss
-                        total += rss
-                        parts.append(f"{process.name()} {rss / 2**20:.0f}")
+                        memory = process.memory_full_info()
+                        total += memory.rss
+                        pss += memory.pss
+                        parts.append(f"{self.role(process)} {memory.rss / 2**20:.0f}/{memory.pss / 2**20:.0f}")
                 except psutil.Error:
                     continue
             if total > self.peak_bytes:
                 self.peak_bytes, self.peak_parts = total, parts
+            self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
 
     def reset(self) -> float:
         """The peak so far (MB); sampling goes on from zero."""
@@ -333,8 +360,9 @@ def measure_freshness(stack: DevStack, pipeline: Pipeline, spark: Any, seconds: 
     return freshness(load.ticks, watcher.visible), made, made / load_seconds
 
 
-def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int) -> tuple[float, int]:
-    """Stream-only throughput in a Spark session with ``master`` (its own session: the core count is fixed
+def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int
+                    ) -> tuple[float, int, float]:
+    """Stream-only throughput (and batches, and the executors' part alone) in a Spark session with ``master`` (its own session: the core count is fixed
     when the SparkContext starts). A few small continuous-mode batches on a copy (``warm_up``) first, so
     the figure is the stream's rate, not the JVM's and the Python workers' start-up. The warm-up batches
     are small so that stopping it leaves no cancelled task's Python worker still busy in the timed run."""
@@ -344,14 +372,15 @@ def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes:
     spark = build_spark_session(f"lakesync-bench-stream-{master}", master=master)
     try:
         run_stream(warm_up, once=False, spark=spark, timeout_seconds=10)
-        return stream_only(pipeline, spark, changes)
+        rate, batches = stream_only(pipeline, spark, changes)
+        return rate, batches, executor_tasks_rate(pipeline, spark, changes)
     finally:
         spark.stop()
 
 
-def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float]:
-    """Peak RSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python workers
-    included) while it works off the backlog, and its wall time (start-up included); driver heap
+def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, float, float]:
+    """Peak RSS and peak PSS (MB) of ``lakesync stream --once`` in its own process tree (its JVM and Python
+    workers included) while it works off the backlog, and its wall time (start-up included); driver heap
     :data:`STREAM_DRIVER_MEMORY`."""
     import subprocess
     import sys
@@ -370,10 +399,10 @@ def _stream_process_peak_rss(pipeline: Pipeline, changes: int) -> tuple[float, f
     sampler.start()
     code = process.wait()
     peak = sampler.stop()
-    log.info("stream process tree at its peak (MB): %s", ", ".join(sampler.peak_parts))
+    log.info("stream process tree at its peak (MB, RSS/PSS): %s", ", ".join(sampler.peak_parts))
     if code:
         raise LakesyncError(f"`lakesync stream --once` exited with {code} in the peak-RSS phase")
-    return peak, time.perf_counter() - began
+    return peak, sampler.peak_pss_bytes / 2**20, time.perf_counter() - began
 
 
 def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, merge_rows: tuple[int, int] | None = None,
@@ -413,13 +442,15 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
                                  server_id + 1)
         relay_rate = relay_only(phase("relay"), generated)
         log.info("relay alone: %.0f changes/s", relay_rate)
-        stream_peak, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
-        log.info("stream process alone: peak RSS %.0f MB over %.1f s", stream_peak, rss_seconds)
+        stream_peak, stream_peak_pss, rss_seconds = _stream_process_peak_rss(phase("rss"), generated)
+        log.info("stream process alone: peak RSS %.0f MB (PSS %.0f MB) over %.1f s", stream_peak, stream_peak_pss,
+                 rss_seconds)
         warm = {"max_offsets_per_trigger": WARM_UP_BATCH}
-        stream_rate, stream_batches = _stream_only_on("local[2]", phase("stream2"), phase("warm2", **warm), generated)
-        log.info("stream alone, 2 cores: %.0f changes/s", stream_rate)
-        stream_rate_1, _ = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
-        log.info("stream alone, 1 core: %.0f changes/s", stream_rate_1)
+        stream_rate, stream_batches, tasks_rate = _stream_only_on("local[2]", phase("stream2"), phase("warm2", **warm),
+                                                                  generated)
+        log.info("stream alone, 2 cores: %.0f changes/s (executor tasks alone %.0f/s)", stream_rate, tasks_rate)
+        stream_rate_1, _, tasks_rate_1 = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
+        log.info("stream alone, 1 core: %.0f changes/s (executor tasks alone %.0f/s)", stream_rate_1, tasks_rate_1)
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
         pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
@@ -451,6 +482,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         freshness_p50_s=round(float(np.percentile(delays, 50)), 3) if delays.size else float("nan"),
         freshness_p99_s=round(float(np.percentile(delays, 99)), 3) if delays.size else float("nan"),
         peak_rss_mb=round(stream_peak, 1),
+        peak_pss_mb=round(stream_peak_pss, 1),
         peak_rss_stream_seconds=round(rss_seconds, 1),
         end_to_end_seconds=round(e2e_seconds, 3),
         raw_decode_seconds=round(raw_seconds, 3),
@@ -464,6 +496,8 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         stream_vs_relay=round(stream_rate / relay_rate, 3),
         stream_only_1_core_changes_per_s=round(stream_rate_1, 1),
         executor_scaling=round(stream_rate / stream_rate_1, 3),
+        executor_tasks_changes_per_s=round(tasks_rate, 1),
+        executor_tasks_scaling=round(tasks_rate / tasks_rate_1, 3),
         stream_only_batches=stream_batches,
         batch_bound=base.stream.max_offsets_per_trigger,
         backpressure=asdict(pressure),
@@ -491,13 +525,15 @@ def _run(args: argparse.Namespace) -> int:
               f"{result.stream_only_batches} batches of <= {result.batch_bound}; "
               f"{result.stream_vs_relay:.2f}x the relay (target >= 1.0)")
         print(f"executor scaling:         {result.executor_scaling:.2f} (local[2] / local[1], target >= 1.5)")
+        print(f"executor tasks alone:     {result.executor_tasks_changes_per_s:,.0f} changes/s on local[2], "
+              f"{result.executor_tasks_scaling:.2f} x local[1] (read, decode, reduce; no driver, no Delta)")
         print(f"backpressure:             {result.backpressure}")
         print(f"merge cost growth:        {result.merge_cost_growth}")
         print(f"load average:             {result.load_average}")
         print(f"freshness at {result.freshness_load_changes_per_s:,.0f} changes/s: p50 {result.freshness_p50_s:.2f} s, "
               f"p99 {result.freshness_p99_s:.2f} s (target p99 <= 2 s)")
         print(f"peak RSS, stream process: {result.peak_rss_mb:.0f} MB over {result.peak_rss_stream_seconds:.0f} s "
-              f"(target <= 1500; the bench process itself {result.driver_peak_rss_mb:.0f} MB)")
+              f"(PSS {result.peak_pss_mb:.0f} MB; target <= 1500; the bench process itself {result.driver_peak_rss_mb:.0f} MB)")
     return 0
 
 

@@ -68,6 +68,37 @@ def stream_only(pipeline: Pipeline, spark: Any, changes: int) -> tuple[float, in
     return changes / seconds, batches
 
 
+def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
+    """Changes/s of the executors' part alone: the stream's own tasks (read, decode and reduce each offset
+    range, :func:`lakesync.stream.reduce.read_and_reduce`) over the whole of the pipeline's pre-filled
+    table topics, cut into one range per executor core as the stream cuts them; no driver work, no Delta.
+    Its ratio between ``local[2]`` and ``local[1]`` says how the work that runs on the executors scales."""
+    from functools import partial
+
+    from lakesync.kafka.config import KafkaSourceOptions
+    from lakesync.kafka.offsets import earliest_offsets, list_partitions, offset_consumer, true_end_offsets
+    from lakesync.kafka.spark_source import KafkaInputPartition, split_ranges
+    from lakesync.stream.app import BatchApplier, source_options, streamed_tables
+    from lakesync.stream.reduce import read_and_reduce
+
+    tables = streamed_tables(pipeline)
+    source = KafkaSourceOptions.from_options(source_options(pipeline, [t.topic for t in tables]))
+    consumer = offset_consumer(source.client)
+    try:
+        tps = list_partitions(consumer, topics=[t.topic for t in tables])
+        starts, ends = earliest_offsets(consumer, tps), true_end_offsets(consumer, tps)
+    finally:
+        consumer.close()
+    cores = spark.sparkContext.defaultParallelism
+    ranges = split_ranges([KafkaInputPartition(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps], cores)
+    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", source).plan({})
+    tasks = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(partial(read_and_reduce, plan, source))
+    tasks.count()  # once to start the Python workers and fill the broker's caches, as a running stream has
+    began = time.perf_counter()
+    tasks.count()
+    return changes / (time.perf_counter() - began)
+
+
 @dataclass
 class BackpressureResult:
     bound: int

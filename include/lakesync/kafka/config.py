@@ -18,6 +18,9 @@ from lakesync.core.errors import ConfigError
 
 KAFKA_PREFIX = "kafka."
 
+#: What a read returns: Spark's Kafka columns, or the planned offset ranges only.
+OUTPUTS = ("records", "ranges")
+
 #: Spark's conventions inside offset JSON: -2 is the earliest offset, -1 the latest.
 EARLIEST, LATEST = -2, -1
 
@@ -148,6 +151,9 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool
     poll_timeout_s: float
     min_partitions: int | None = None
+    #: ``records`` (Spark's Kafka columns) or ``ranges``: one row per planned offset range, for an app that
+    #: reads the messages on its executors itself (the lakesync stream: see docs/kafka_source.md).
+    output: str = "records"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -173,6 +179,10 @@ class KafkaSourceOptions:
                 raise ConfigError(f"option subscribePattern {pattern!r} is not a valid regular expression: {exc}"
                                   ) from exc
         poll_ms = _positive_int("kafkaConsumer.pollTimeoutMs", lowered.get("kafkaconsumer.polltimeoutms"))
+        output = str(lowered.get("output", "records")).strip().lower()
+        if output not in OUTPUTS:
+            raise ConfigError(f"option output must be one of {', '.join(OUTPUTS)}, got {output!r}",
+                              hint="records gives Spark's Kafka columns; ranges one row per offset range to read")
         return cls(
             client=client_config(lowered),
             topics=topics,
@@ -183,6 +193,7 @@ class KafkaSourceOptions:
             fail_on_data_loss=_boolean("failOnDataLoss", lowered.get("failondataloss"), default=True),
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
             min_partitions=_positive_int("minPartitions", lowered.get("minpartitions")),
+            output=output,
         )
 
     def safe_client_config(self) -> dict[str, str]:

@@ -142,6 +142,24 @@ def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callab
     return at_eof
 
 
+def read_to_end(consumer: Consumer, partitions: Iterable[TP], on_message: Callable[[Message], None], *,
+                timeout: float = 10.0) -> None:
+    """Feed every message of ``partitions``, from the first one still in the log to the log end, to
+    ``on_message``. The partition-EOF event marks the end, whatever the broker's high watermark says, so a
+    reader knows it has seen the last message without waiting for silence (``consumer`` from
+    :func:`offset_consumer`)."""
+    tps = list(partitions)
+    if not tps:
+        return
+
+    def each(msg: Message) -> bool:
+        if msg.error() is None:
+            on_message(msg)
+        return False  # never done early: only the end of the log ends a partition
+
+    _read_until(consumer, earliest_offsets(consumer, tps, timeout=timeout), each, timeout=timeout)
+
+
 def true_end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
     """The real log end (next offset to be written) of each partition, at the time of the call.
 
@@ -236,6 +254,15 @@ def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], posi
     tps = list(partitions)
     lo = earliest_offsets(consumer, tps, timeout=timeout)
     hi = true_end_offsets(consumer, tps, timeout=timeout)
+    # The usual case first: the relay began at the full load's position, so a partition's first message is
+    # already at or after it. One fetch round settles all such partitions instead of log2(n) rounds.
+    firsts = _first_messages(consumer, {tp: lo[tp] for tp in tps if lo[tp] < hi[tp]}, header, timeout=timeout,
+                             position_of=position_of)
+    for tp, (offset, key) in firsts.items():
+        if key >= position_key:
+            hi[tp] = lo[tp]  # nothing before the first positioned message is positioned
+        else:
+            lo[tp] = offset + 1
     while searching := {tp: (lo[tp] + hi[tp]) // 2 for tp in tps if lo[tp] < hi[tp]}:
         probes = _first_messages(consumer, searching, header, timeout=timeout, position_of=position_of)
         for tp, mid in searching.items():

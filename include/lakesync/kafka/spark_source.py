@@ -10,7 +10,9 @@ Offsets travel in Spark's JSON form, ``{"topic": {"0": 23}}``: the next offset t
 ``trigger(availableNow=True)`` is supported (the reader implements ``SupportsTriggerAvailableNow``), and
 ``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` API, and ``minPartitions`` cuts
 busy topic-partitions into consecutive offset ranges so that one partition can keep several cores busy.
-Executors hand Spark Arrow record batches, not rows.
+Executors hand Spark Arrow record batches, not rows. With ``output=ranges`` each task hands Spark only its
+planned range (one row): for an app that reads the messages on its executors itself, as the lakesync stream
+does (it decodes them in the same Python process that reads them, so raw records never cross the JVM).
 """
 
 from __future__ import annotations
@@ -70,6 +72,18 @@ KAFKA_SCHEMA = StructType([
                                                  StructField("value", BinaryType())]))),
 ])
 
+#: With ``output=ranges``: one row per planned offset range ``[startOffset, endOffset)`` of a topic-partition.
+RANGES_SCHEMA = StructType([
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("startOffset", LongType()),
+    StructField("endOffset", LongType()),
+])
+
+_RANGE_FIELDS: list[pa.Field] = [pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                                 pa.field("startOffset", pa.int64()), pa.field("endOffset", pa.int64())]
+_RANGE_ARROW = pa.schema(_RANGE_FIELDS)
+
 #: Messages per Arrow record batch handed to Spark.
 _ARROW_BATCH_ROWS = 8192
 
@@ -108,38 +122,46 @@ def arrow_schema() -> pa.Schema:
 
 
 def _record_batch(messages: Sequence) -> pa.RecordBatch:
-    """Spark's Kafka row layout for a run of confluent-kafka messages, column by column."""
+    """Spark's Kafka row layout for a run of confluent-kafka messages (of one topic-partition).
+
+    One list comprehension per column, and the headers handed to Arrow as they come (lists of
+    ``(key, value)`` tuples, which Arrow converts to its struct list in C++): this runs once per message
+    on the executors, the hottest loop of the stream.
+    """
     schema = arrow_schema()
-    keys, values, offsets, stamps, stamp_types = [], [], [], [], []
-    header_offsets, header_keys, header_values = [0], [], []
-    for msg in messages:
-        keys.append(msg.key())
-        values.append(msg.value())
-        offsets.append(msg.offset())
-        stamp_type, stamp = msg.timestamp()
-        # confluent-kafka: 0 none, 1 create time, 2 log-append time; Spark/Kafka: -1, 0, 1.
-        stamp_types.append(stamp_type - 1)
-        stamps.append(stamp * 1000 if stamp_type else None)
-        for key, value in msg.headers() or ():
-            header_keys.append(key)
-            header_values.append(value)
-        header_offsets.append(len(header_keys))
+    stamps = [msg.timestamp() for msg in messages]
     count = len(messages)
-    headers_type = schema.field("headers").type
-    header_struct = pa.StructArray.from_arrays(
-        [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
-        fields=list(headers_type.value_type))
+    topic, partition = (messages[0].topic(), messages[0].partition()) if count else ("", 0)
     columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([messages[0].topic()] * count, pa.string()) if count else pa.array([], pa.string()),
-        pa.array([messages[0].partition()] * count, pa.int32()) if count else pa.array([], pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(stamps, schema.field("timestamp").type),
-        pa.array(stamp_types, pa.int32()),
-        pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_struct, type=headers_type),
+        pa.array([msg.key() for msg in messages], pa.binary()),
+        pa.array([msg.value() for msg in messages], pa.binary()),
+        pa.array([topic] * count, pa.string()),
+        pa.array([partition] * count, pa.int32()),
+        pa.array([msg.offset() for msg in messages], pa.int64()),
+        # confluent-kafka: 0 none, 1 create time, 2 log-append time; Spark/Kafka: -1, 0, 1.
+        pa.array([stamp * 1000 if kind else None for kind, stamp in stamps], schema.field("timestamp").type),
+        pa.array([kind - 1 for kind, _ in stamps], pa.int32()),
+        pa.array([msg.headers() or [] for msg in messages], schema.field("headers").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _range_batch(part: KafkaInputPartition) -> pa.RecordBatch:
+    """``output=ranges``: the range itself as the task's one row."""
+    return pa.RecordBatch.from_pydict({"topic": [part.topic], "partition": [part.partition],
+                                       "startOffset": [part.start], "endOffset": [part.end]}, schema=_RANGE_ARROW)
+
+
+def ranges_of(rows: Sequence) -> list[KafkaInputPartition]:
+    """The offset ranges back from ``output=ranges`` rows (``collect()`` of a micro-batch)."""
+    return [KafkaInputPartition(row["topic"], row["partition"], row["startOffset"], row["endOffset"]) for row in rows]
+
+
+def read_task(options: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """What one task of either reader returns for ``part``: its messages, or the range (``output=ranges``)."""
+    if options.output == "ranges":
+        return iter([_range_batch(part)] if part.end > part.start else [])
+    return read_range(options.client, part, poll_timeout_s=options.poll_timeout_s)
 
 
 def split_ranges(ranges: list[KafkaInputPartition], min_partitions: int | None) -> list[KafkaInputPartition]:
@@ -187,14 +209,14 @@ def read_range(client: Mapping[str, str], part: KafkaInputPartition, *, poll_tim
                 raise BrokerError(f"reading {where} failed: {exc}") from exc
             batch = []
             for msg in messages:
-                error, offset = msg.error(), message_offset(msg)
-                if error is None and offset < part.end:
+                error = msg.error()
+                if error is None and message_offset(msg) < part.end:
                     batch.append(msg)
                 elif error is None:
                     reached_end = True  # compaction left no message right before the end
                     break
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    _check_log_end(where, offset, part.end)
+                    _check_log_end(where, message_offset(msg), part.end)
                 elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                     raise GapError(f"offsets [{part.start}, {part.end}) of {where} are no longer in the log",
                                    hint="retention removed them; re-run the full load, or see failOnDataLoss "
@@ -359,7 +381,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
-        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+        return read_task(self.options, partition)
 
     def commit(self, end: OffsetJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
@@ -391,7 +413,7 @@ class KafkaBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, KafkaInputPartition):
             return iter(())  # Spark's placeholder when there is nothing to read
-        return read_range(self.options.client, partition, poll_timeout_s=self.options.poll_timeout_s)
+        return read_task(self.options, partition)
 
 
 class KafkaDataSource(DataSource):
@@ -402,7 +424,7 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        return RANGES_SCHEMA if self._options().output == "ranges" else KAFKA_SCHEMA
 
     def _options(self) -> KafkaSourceOptions:
         return KafkaSourceOptions.from_options(self.options)

@@ -14,18 +14,16 @@ to reach back to the full load's position (:func:`covered_range`). The last reco
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Message
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import BrokerError
 from lakesync.core.positions import SourcePosition
-from lakesync.kafka.offsets import message_offset
+from lakesync.kafka.offsets import list_partitions, offset_consumer, read_to_end
 from lakesync.relay.publisher import Publisher
 
 OFFSETS_TOPIC_TABLE = "_lakesync_offsets"
@@ -86,50 +84,30 @@ class ProgressStore:
         publisher.send(self.topic, self.relay.encode(), progress.to_json(), [])
         publisher.flush()
 
-    def load(self, *, timeout: float = 10.0, settle_seconds: float = 0.5) -> RelayProgress | None:
+    def load(self, *, timeout: float = 10.0) -> RelayProgress | None:
         """The last progress stored for this relay, or None when it never stored any.
 
-        Reads the whole (compacted) topic from the start. The embedded broker reports a wrong high
-        watermark, so reading goes on past it until nothing more arrives for ``settle_seconds``.
+        Reads the whole (compacted) topic from the start to the log end (which the partition-EOF event
+        marks: the embedded broker's high watermark can be short of it); the last record for the key wins.
         """
-        consumer = Consumer({
-            **self._client_config,
-            "group.id": f"lakesync-relay-offsets-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "enable.partition.eof": "false",
-        })
+        consumer = offset_consumer(self._client_config)
+        latest: list[RelayProgress] = []
+        key = self.relay.encode()
+
+        def keep(message: Message) -> None:
+            value = message.value()
+            if message.key() == key and value:
+                latest.append(RelayProgress.from_json(value))
+
         try:
-            metadata = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
-            if metadata is None or metadata.error is not None or not metadata.partitions:
-                return None
-            partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
-            high = sum(consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in partitions)
-            if high <= 0:
-                return None
-            consumer.assign(partitions)
-            latest: RelayProgress | None = None
-            key = self.relay.encode()
-            deadline = time.monotonic() + timeout
-            seen_last = False
-            while True:
-                message = consumer.poll(settle_seconds)
-                if message is None:
-                    if seen_last or time.monotonic() > deadline:
-                        break
-                    continue
-                if message.error():
-                    raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {message.error()}")
-                if message_offset(message) >= high - 1:
-                    seen_last = True
-                value = message.value()
-                if message.key() == key and value:
-                    latest = RelayProgress.from_json(value)
-            return latest
-        except KafkaException as exc:
-            raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {exc}",
+            read_to_end(consumer, list_partitions(consumer, topics=[self.topic], timeout=timeout), keep,
+                        timeout=timeout)
+        except BrokerError as exc:
+            raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {exc.message}",
                               hint="check that the broker is up") from exc
         finally:
             consumer.close()
+        return latest[-1] if latest else None
 
 
 def covered_range(pipeline: Pipeline) -> tuple[str, str] | None:

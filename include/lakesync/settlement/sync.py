@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -34,24 +35,20 @@ import pymysql
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
+from sqlalchemy import ColumnElement, TableClause
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError, ValidationMismatch
 from lakesync.core.positions import MIN_KEY
 from lakesync.core.table_layout import OP, POS, TS
-from lakesync.core.types import (
-    ColumnSpec,
-    arrow_schema,
-    arrow_table_from_db_rows,
-    quote_identifier,
-    snapshot_select_list,
-)
+from lakesync.core.types import ColumnSpec, arrow_schema, arrow_table_from_db_rows
 from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
 from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
+from lakesync.source import queries
 from lakesync.source.schema import read_key_columns, read_table_columns
 from lakesync.source.server_checks import current_position, server_variables
 
@@ -95,22 +92,22 @@ class _Source:
     key: list[str]
     watermark: ColumnSpec
 
-    def select(self, where: str, args: Sequence[Any]) -> pa.Table:
-        sql = (
-            f"SELECT {snapshot_select_list(self.columns)} FROM "
-            f"{quote_identifier(self.database)}.{quote_identifier(self.table)} WHERE {where}"
-        )
+    @cached_property
+    def source_table(self) -> TableClause:
+        return queries.source_table(self.database, self.table, [c.name for c in self.columns])
+
+    def select(self, where: ColumnElement[bool]) -> pa.Table:
+        statement = queries.select_rows(self.source_table, self.columns, where)
         try:
             with self.conn.cursor(pymysql.cursors.SSCursor) as cursor:
-                cursor.execute(sql, tuple(args))
+                queries.execute(cursor, statement)
                 rows = cursor.fetchall()
         except pymysql.MySQLError as exc:
             raise SourceError(f"settlement read of {self.database}.{self.table} failed: {exc}") from exc
         return arrow_table_from_db_rows(self.columns, list(rows))
 
     def read_window(self, bounds: tuple[datetime, datetime]) -> pa.Table:
-        wm = quote_identifier(self.watermark.name)
-        return self.select(f"{wm} >= %s AND {wm} < %s", bounds)
+        return self.select(queries.in_window(self.source_table, self.watermark.name, *bounds))
 
     def read_keys(self, keys: pa.Table) -> pa.Table:
         """The current source rows for ``keys`` (a table of the key columns), in batches of 500."""
@@ -118,10 +115,8 @@ class _Source:
         return pa.concat_tables(parts) if parts else arrow_schema(self.columns).empty_table()
 
     def select_keys(self, keys: pa.Table) -> pa.Table:
-        columns = ", ".join(quote_identifier(name) for name in self.key)
-        marks = ", ".join("(" + ", ".join(["%s"] * len(self.key)) + ")" for _ in range(keys.num_rows))
-        args = [value for row in keys.to_pylist() for value in (row[name] for name in self.key)]
-        return self.select(f"({columns}) IN ({marks})", args)
+        rows = [[row[name] for name in self.key] for row in keys.to_pylist()]
+        return self.select(queries.key_in(self.source_table, self.key, rows))
 
 
 def settlement_tables(pipeline: Pipeline, tables: Sequence[str]) -> list[str]:

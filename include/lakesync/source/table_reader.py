@@ -41,10 +41,12 @@ import pyarrow.csv as pacsv
 import pymysql
 import pymysql.converters
 import pymysql.cursors
+from sqlalchemy import Select, TableClause, func, select
 
 from lakesync.core import types
 from lakesync.core.errors import SchemaChangeError, SourceError
-from lakesync.core.identifiers import qualified_name, quote_identifier
+from lakesync.core.identifiers import quote_identifier
+from lakesync.source import queries
 from lakesync.source.schema import read_key_columns, read_table_columns
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}
@@ -64,15 +66,6 @@ _END_FIELD = "_lakesync_end_of_line"
 _TMP_FILE_RETRIES = 3
 
 
-def sql_literal(value: Any) -> str:
-    """A value for a key-range predicate, escaped for the connection's utf8mb4 charset."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes):
-        return "X'" + value.hex() + "'"
-    return pymysql.converters.escape_item(value, "utf8mb4")
-
-
 # -- describing a table -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TableShape:
@@ -84,10 +77,6 @@ class TableShape:
     key_columns: tuple[str, ...]
     estimated_rows: int
     avg_row_length: int
-
-    @property
-    def qualified(self) -> str:
-        return qualified_name(self.database, self.name)
 
     @property
     def has_key(self) -> bool:
@@ -103,6 +92,10 @@ class TableShape:
 
     def arrow_schema(self) -> pa.Schema:
         return types.arrow_schema(list(self.columns))
+
+    def source_table(self) -> TableClause:
+        """The table for :mod:`lakesync.source.queries` statements."""
+        return queries.source_table(self.database, self.name, [column.name for column in self.columns])
 
 
 def describe_table(connection: pymysql.connections.Connection, database: str, table: str, *,
@@ -138,25 +131,6 @@ class KeyRange:
     lower: tuple[Any, ...] | None = None
     upper: tuple[Any, ...] | None = None
 
-    def predicate(self, key_columns: tuple[str, ...]) -> str:
-        parts = []
-        if self.lower is not None:
-            parts.append(_tuple_compare(key_columns, self.lower, ">"))
-        if self.upper is not None:
-            parts.append(_tuple_compare(key_columns, self.upper, "<="))
-        return " AND ".join(parts) or "TRUE"
-
-
-def _tuple_compare(columns: tuple[str, ...], values: tuple[Any, ...], op: str) -> str:
-    """``(a, b) > (x, y)`` spelt out, because not every server uses an index for row-constructor comparisons."""
-    strict = op[0]
-    clauses = []
-    for i, column in enumerate(columns):
-        equal = [f"{quote_identifier(c)} = {sql_literal(v)}" for c, v in zip(columns[:i], values[:i], strict=True)]
-        last = op if i == len(columns) - 1 else strict
-        clauses.append("(" + " AND ".join([*equal, f"{quote_identifier(column)} {last} {sql_literal(values[i])}"]) + ")")
-    return "(" + " OR ".join(clauses) + ")"
-
 
 def rows_per_read(shape: TableShape, cursor: pymysql.cursors.Cursor, wanted: int) -> int:
     """How many rows one ``GROUP_CONCAT`` read may hold: ``wanted``, capped so its text stays well under the
@@ -177,9 +151,8 @@ def plan_ranges(cursor: pymysql.cursors.Cursor, shape: TableShape, rows_per_rang
     """
     if not shape.has_key:
         return [KeyRange("all")]
-    keys = ", ".join(quote_identifier(c) for c in shape.key_columns)
     if shape.integer_key:
-        cursor.execute(f"SELECT MIN({keys}), MAX({keys}), COUNT(*) FROM {shape.qualified}")
+        queries.execute(cursor, queries.key_bounds(shape.database, shape.name, shape.key_columns[0]))
         low, high, count = cursor.fetchone()
         if low is None:
             return [KeyRange("all")]
@@ -197,12 +170,12 @@ def plan_ranges(cursor: pymysql.cursors.Cursor, shape: TableShape, rows_per_rang
         return ranges
     ranges = []
     lower: tuple[Any, ...] | None = None
-    order = ", ".join(quote_identifier(c) for c in shape.key_columns)
+    source = shape.source_table()
+    keys = [source.c[name] for name in shape.key_columns]
     while True:
-        where = f"WHERE {KeyRange('', lower).predicate(shape.key_columns)}"
-        cursor.execute(
-            f"SELECT {keys} FROM {shape.qualified} {where} ORDER BY {order} LIMIT 1 OFFSET {rows_per_range - 1}"
-        )
+        walk = select(*keys).select_from(source).order_by(*keys).limit(1).offset(rows_per_range - 1)
+        where = queries.in_key_range(source, shape.key_columns, lower, None)
+        queries.execute(cursor, walk if where is None else walk.where(where))
         row = cursor.fetchone()
         if row is None:
             ranges.append(KeyRange(f"{len(ranges):06d}", lower, None))
@@ -314,10 +287,13 @@ class RangeReader:
                                  quoted_strings_can_be_null=False),
         )
 
-    def range_sql(self, key_range: KeyRange, *, safe: bool) -> str:
+    def range_query(self, key_range: KeyRange, *, safe: bool) -> Select:
         line = self._safe_line if safe else self._fast_line
-        return (f"SELECT COUNT(*), CAST(GROUP_CONCAT({line} SEPARATOR '\\n') AS BINARY) "
-                f"FROM {self.shape.qualified} WHERE {key_range.predicate(self.shape.key_columns)}")
+        source = self.shape.source_table()
+        query = select(func.count(), queries.expression(f"CAST(GROUP_CONCAT({line} SEPARATOR '\\n') AS BINARY)")
+                       ).select_from(source)
+        where = queries.in_key_range(source, self.shape.key_columns, key_range.lower, key_range.upper)
+        return query if where is None else query.where(where)
 
     def read_range(self, cursor: pymysql.cursors.Cursor, key_range: KeyRange) -> pa.Table:
         """One key range, in one statement (so it is consistent on its own, even outside a snapshot)."""
@@ -329,7 +305,7 @@ class RangeReader:
         while True:
             safe = self._safe
             with borrow() as cursor:
-                count, text = self._query(cursor, self.range_sql(key_range, safe=safe))
+                count, text = self._query(cursor, self.range_query(key_range, safe=safe))
             try:
                 table = self.parse(text or b"", safe=safe)
             except pa.ArrowInvalid as exc:
@@ -352,10 +328,10 @@ class RangeReader:
             self._safe = True
 
     @staticmethod
-    def _query(cursor: pymysql.cursors.Cursor, sql: str) -> tuple[int, bytes | None]:
+    def _query(cursor: pymysql.cursors.Cursor, query: Select) -> tuple[int, bytes | None]:
         for attempt in range(_TMP_FILE_RETRIES):
             try:
-                cursor.execute(sql)
+                queries.execute(cursor, query)
                 break
             except pymysql.err.InternalError as exc:
                 # GROUP_CONCAT over TEXT columns uses an on-disk temporary table; seen here (several servers
@@ -370,7 +346,8 @@ class RangeReader:
         """The whole table with an unbuffered cursor, one line per row: for tables without a key, which
         can't be cut into ranges. ~0.7M rows/s; memory stays at one batch."""
         with connection.cursor(pymysql.cursors.SSCursor) as cursor:
-            cursor.execute(f"SELECT CAST({self._safe_line} AS BINARY) FROM {self.shape.qualified}")
+            line = queries.expression(f"CAST({self._safe_line} AS BINARY)")
+            queries.execute(cursor, select(line).select_from(self.shape.source_table()))
             while rows := cursor.fetchmany(batch_rows):
                 yield self.parse(b"\n".join(row[0] for row in rows), safe=True)
 

@@ -1,8 +1,8 @@
 """The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
 
-Spark Structured Streaming reads the tables' topics with lakesync's Python Kafka source (offsets in Spark's
-checkpoint). Each micro-batch is decoded and reduced to the newest change per key on the executors
-(:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
+Spark Structured Streaming plans the micro-batches over the tables' topics with lakesync's Python Kafka source
+(offset ranges in Spark's checkpoint). Each micro-batch's ranges are read, decoded and reduced to the newest
+change per key on the executors (:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
 in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
 skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
 applies a change only when it is newer than what the row holds.
@@ -29,14 +29,15 @@ from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
 from lakesync.core.state_files import write_text_atomically
 from lakesync.core.table_layout import POS, table_semantics
-from lakesync.events.envelope import H_POS, SCHEMA_TOPIC_TABLE, SchemaChangeEvent
+from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
+from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.decode import user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
-from lakesync.stream.reduce import ReducedTable, ReducePlan, run_on_executors
+from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
@@ -139,11 +140,14 @@ def _sink(pipeline: Pipeline, table: StreamedTable):
 
 
 class BatchApplier:
-    """The ``foreachBatch`` function: decode and reduce on the executors, then one versioned MERGE per table."""
+    """The ``foreachBatch`` function: read, decode and reduce on the executors, then one versioned MERGE per
+    table. ``source`` holds the Kafka client settings the executors read the batch's ranges with."""
 
-    def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str) -> None:
+    def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str,
+                 source: KafkaSourceOptions) -> None:
         self.pipeline = pipeline
         self.app_id = app_id
+        self.source = source
         self.by_topic = {t.topic: t for t in tables}
         self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
         self.sinks = {t.name: _sink(pipeline, t) for t in tables}
@@ -155,15 +159,15 @@ class BatchApplier:
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         self._resume_reloaded()
-        batch = run_on_executors(batch_df, self._plan({}))
+        batch = run_on_executors(batch_df, self.plan({}), self.source)
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
-            batch = run_on_executors(batch_df, self._plan(stop_before))
+            batch = run_on_executors(batch_df, self.plan(stop_before), self.source)
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
-        self._record_skipped(batch_df, stop_before)
+        self._record_skipped(batch, stop_before)
         for table_name, reduced in batch.tables.items():
             if not self._stopped(table_name):
                 self._apply(table_name, reduced, batch_id)
@@ -226,7 +230,7 @@ class BatchApplier:
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
-    def _plan(self, stop_before: dict[str, str]) -> ReducePlan:
+    def plan(self, stop_before: dict[str, str]) -> ReducePlan:
         """What the executors decode and reduce: the tables not stopped, with their current schemas."""
         live = {name for name in self.sinks if not self._stopped(name)}
         decode = DecodePlan(
@@ -237,7 +241,8 @@ class BatchApplier:
         )
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}
-        return ReducePlan(decode, keys)
+        watch = frozenset(t.topic for t in self.by_topic.values() if t.name not in live or t.name in stop_before)
+        return ReducePlan(decode, keys, watch)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)
@@ -249,21 +254,14 @@ class BatchApplier:
         self.progress.tables[table_name].stopped_reason = reason
         self.progress.tables[table_name].stopped_at = at
 
-    def _record_skipped(self, batch_df, stop_before: dict[str, str]) -> None:
+    def _record_skipped(self, batch: ReducedBatch, stop_before: dict[str, str]) -> None:
         """Remember the newest change a stopped table did not get (a re-load older than it can't resume it):
-        the newest position header per topic, aggregated on the executors, only while some table is stopped."""
+        the newest position per watched topic, found on the executors while reading the batch."""
         names = {name for name in self.sinks if self._stopped(name)} | set(stop_before)
-        if not names:
-            return
-        from pyspark.sql import functions as F
-
         topics = {t.topic: t.name for t in self.by_topic.values() if t.name in names}
-        position = F.expr(f"element_at(filter(headers, h -> h.key = '{H_POS}'), -1).value").cast("string")
-        rows = (batch_df.where(F.col("topic").isin(list(topics))).groupBy("topic")
-                .agg(F.max(position).alias("newest")).collect())
-        for row in rows:
-            name, newest_key = topics[row["topic"]], row["newest"]
-            if newest_key and newest_key >= stop_before.get(name, ""):
+        for topic, newest_key in batch.newest.items():
+            name = topics.get(topic)
+            if name and newest_key >= stop_before.get(name, ""):
                 progress = self.progress.tables.setdefault(name, TableProgress())
                 progress.skipped_through = max(newest_key, progress.skipped_through or newest_key)
 
@@ -348,6 +346,13 @@ class BatchApplier:
         self.summary.changes += count
 
 
+def source_options(pipeline: Pipeline, topics: list[str]) -> dict[str, str]:
+    """The ``lakesync-kafka`` options the stream reads ``topics`` with: the pipeline's client settings, and
+    ranges as output (the executors read each range themselves: :mod:`lakesync.stream.reduce`)."""
+    options = {f"kafka.{key}": value for key, value in kafka_client_config(pipeline).items()}
+    return {**options, "subscribe": ",".join(topics), "output": "ranges"}
+
+
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
     """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
@@ -362,10 +367,9 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     checkpoint = checkpoint_dir(pipeline)
     fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
-    options = {f"kafka.{key}": value for key, value in client.items()}
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = [*(t.topic for t in selected), schema_topic]
-    options["subscribe"] = ",".join(topics)
+    options = source_options(pipeline, topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     if fresh:
@@ -390,7 +394,7 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     kafka_source.register(session)
     # a task per executor core at least: a table topic with one partition still decodes on every core
     options["minPartitions"] = str(session.sparkContext.defaultParallelism)
-    applier = BatchApplier(pipeline, selected, app_id)
+    applier = BatchApplier(pipeline, selected, app_id, KafkaSourceOptions.from_options(options))
     writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
@@ -406,6 +410,9 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         if query.isActive:
             query.stop()
         applier.monitor.close(applier.progress)
+        if log.isEnabledFor(logging.DEBUG):  # where each trigger's time went, for whoever tunes the stream
+            for progress in query.recentProgress:
+                log.debug("trigger %s: %s ms", progress.batchId, progress.durationMs)
     if query.exception():
         raise stream_failure(pipeline.name, query.exception())
     return applier.summary

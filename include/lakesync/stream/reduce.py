@@ -1,7 +1,9 @@
-"""A micro-batch's work, done where the data is: decode and reduce on the executors, ship the reduced rows.
+"""A micro-batch's work, done where the data is: read, decode and reduce on the executors, ship the reduced rows.
 
-Each Spark task holds the records of one Kafka topic-partition range. ``mapInArrow`` runs
-:func:`reduce_partition` on them: the records are decoded column-wise
+The stream's Kafka source gives each micro-batch as its planned offset ranges only (``output=ranges``,
+:mod:`lakesync.kafka.spark_source`). One Spark task per range (:func:`read_and_reduce`) reads the range's
+messages from Kafka and runs :func:`reduce_partition` on them in the same Python process, so the raw records
+never travel through the JVM or a second Python worker: the records are decoded column-wise
 (:mod:`lakesync.stream.columnar_decode`) and each key-merged table is cut down to the newest change per
 key (by source position, :func:`lakesync.sink.changes.last_change_per_key`) as the batches arrive, so a
 task holds at most one row per key it has seen. A key's changes can be in several tasks (the stream cuts
@@ -9,8 +11,9 @@ a busy topic-partition into consecutive offset ranges, ``minPartitions``, so eve
 topic may have been re-partitioned): the sink's own reduction on the driver takes the newest of those.
 ``append_log`` tables are not reduced: their rows stream through as they are decoded.
 
-What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary column) plus
-the raw records of the schema-change topic, which the driver decodes itself (there are few). Records that
+What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary value) plus
+the raw records of the schema-change topic, which the driver decodes itself (there are few), and for the
+topics of stopped tables the newest position read (what a stopped table did not get). Records that
 do not decode with the table's current schema (a column changed type in this very batch) go to the driver
 raw as well: it decodes them with the record decoder after applying the batch's schema changes, as the
 stream always did, so a DDL in the middle of a batch is handled exactly as before.
@@ -21,23 +24,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from lakesync.events.envelope import SchemaChangeEvent
+from lakesync.events.envelope import H_POS, SchemaChangeEvent
+from lakesync.kafka.config import KafkaSourceOptions
+from lakesync.kafka.spark_source import KafkaInputPartition, ranges_of, read_range
 from lakesync.sink.changes import last_change_per_key
-from lakesync.stream.columnar_decode import DecodePlan, decode_records
+from lakesync.stream.columnar_decode import DecodePlan, decode_records, header_column
 from lakesync.stream.decode import DecodedBatch, decode_batch
 
-#: What each task returns: one row per chunk of reduced change rows, or per chunk of schema records.
-OUTPUT_SCHEMA = "kind string, table string, changes long, data binary"
-_ROWS, _SCHEMA, _RAW = "rows", "schema", "raw"
+_ROWS, _SCHEMA, _RAW, _NEWEST = "rows", "schema", "raw", "newest"
 #: Reduced rows per IPC chunk sent to the driver (keeps each binary value far below Spark's 2 GB limit).
 CHUNK_ROWS = 50_000
-#: The Kafka columns the work needs; the others are not sent to the Python workers at all.
+#: The Kafka columns the work needs (what the driver gets of records only it can decode).
 INPUT_COLUMNS = ("topic", "value", "headers")
-
-
 
 _CHUNK_FIELDS: list[tuple[str, pa.DataType]] = [("kind", pa.string()), ("table", pa.string()),
                                                 ("changes", pa.int64()), ("data", pa.binary())]
@@ -50,6 +54,8 @@ class ReducePlan:
 
     decode: DecodePlan
     keys: dict[str, list[str]] = field(default_factory=dict)
+    #: topics whose newest position the driver wants back (tables stopped, or stopping in this batch)
+    watch_topics: frozenset[str] = frozenset()
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -93,11 +99,24 @@ class _Reducer:
         return self.reduced
 
 
+def _note_newest(records: pa.Table, watch_topics: frozenset[str], newest: dict[str, str]) -> None:
+    """Keep, per watched topic, the newest ``lakesync.pos`` header of the records (a run of one topic)."""
+    if not records.num_rows or records.column("topic")[0].as_py() not in watch_topics:
+        return
+    positions = header_column(records.column("headers").combine_chunks(), H_POS).cast(pa.string())
+    top = pc.max(positions).as_py()
+    topic = records.column("topic")[0].as_py()
+    if top is not None and top > newest.get(topic, ""):
+        newest[topic] = top
+
+
 def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: Kafka record batches of one task in, reduced change chunks out."""
+    """One task's work: Kafka record batches (each of one topic-partition) in, reduced change chunks out."""
     reducers: dict[str, _Reducer] = {}
+    newest: dict[str, str] = {}
     for batch in batches:
         records = pa.Table.from_batches([batch])
+        _note_newest(records, plan.watch_topics, newest)
         try:
             decoded = decode_records(records, plan.decode)
         except Exception:
@@ -116,6 +135,19 @@ def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Ite
         reduced = reducer.fold()
         if reduced is not None:
             yield from _output(_ROWS, table, reducer.changes, reduced)
+    for topic, key in newest.items():
+        yield pa.RecordBatch.from_pydict({"kind": [_NEWEST], "table": [topic], "changes": [0],
+                                          "data": [key.encode()]}, schema=_CHUNK_SCHEMA)
+
+
+def read_and_reduce(plan: ReducePlan, source: KafkaSourceOptions, ranges: Iterable[KafkaInputPartition]
+                    ) -> Iterator[tuple[Any, ...]]:
+    """One Spark task: read its offset ranges from Kafka and reduce them (:func:`reduce_partition`), in this
+    Python process; the chunks go back as ``(kind, table, changes, data)`` tuples."""
+    batches = chain.from_iterable(read_range(source.client, part, poll_timeout_s=source.poll_timeout_s)
+                                  for part in ranges)
+    for chunk in reduce_partition(plan, batches):
+        yield from zip(*(chunk.column(name).to_pylist() for name in _CHUNK_SCHEMA.names), strict=True)
 
 
 @dataclass
@@ -133,6 +165,8 @@ class ReducedBatch:
     tables: dict[str, ReducedTable] = field(default_factory=dict)
     schema_changes: list[SchemaChangeEvent] = field(default_factory=list)
     raw: DecodedBatch | None = None
+    #: per watched topic (:attr:`ReducePlan.watch_topics`), the newest position key read in the batch
+    newest: dict[str, str] = field(default_factory=dict)
 
     def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str]) -> None:
         """Type the raw changes with the (possibly just evolved) ``schemas`` and add them to ``tables``."""
@@ -150,21 +184,23 @@ class ReducedBatch:
         self.raw = None
 
 
-def reduced_batch(chunks: pa.Table, plan: DecodePlan) -> ReducedBatch:
-    """Put the tasks' chunks (``OUTPUT_SCHEMA`` rows) back together on the driver."""
+def reduced_batch(chunks: Iterable[tuple[Any, ...]], plan: DecodePlan) -> ReducedBatch:
+    """Put the tasks' ``(kind, table, changes, data)`` chunks back together on the driver."""
     parts: dict[str, list[pa.Table]] = {}
     counts: dict[str, int] = {}
     schema_parts: list[pa.Table] = []
     raw_parts: list[pa.Table] = []
-    for kind, table, changes, data in zip(*(chunks.column(n).to_pylist() for n in ("kind", "table", "changes",
-                                                                                  "data")), strict=True):
+    out = ReducedBatch()
+    for kind, table, changes, data in chunks:
+        if kind == _NEWEST:
+            out.newest[table] = max(data.decode(), out.newest.get(table, ""))
+            continue
         rows = pa.ipc.open_stream(data).read_all()
         if kind == _ROWS:
             parts.setdefault(table, []).append(rows)
             counts[table] = counts.get(table, 0) + changes
         else:
             (schema_parts if kind == _SCHEMA else raw_parts).append(rows)
-    out = ReducedBatch()
     for table, tables in parts.items():
         rows = pa.concat_tables(tables).combine_chunks()
         if rows.num_rows:
@@ -178,7 +214,11 @@ def reduced_batch(chunks: pa.Table, plan: DecodePlan) -> ReducedBatch:
     return out
 
 
-def run_on_executors(batch_df, plan: ReducePlan) -> ReducedBatch:
-    """Decode and reduce ``batch_df`` (the Kafka source's columns) on the executors; collect the result."""
-    chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(reduce_partition, plan), OUTPUT_SCHEMA).toArrow()
-    return reduced_batch(chunks, plan.decode)
+def run_on_executors(batch_df, plan: ReducePlan, source: KafkaSourceOptions) -> ReducedBatch:
+    """Read, decode and reduce the offset ranges of ``batch_df`` (the Kafka source with ``output=ranges``) on
+    the executors, one task per range; collect the result."""
+    ranges = ranges_of(batch_df.collect())
+    if not ranges:
+        return ReducedBatch()
+    tasks = batch_df.sparkSession.sparkContext.parallelize(ranges, len(ranges))
+    return reduced_batch(tasks.mapPartitions(partial(read_and_reduce, plan, source)).collect(), plan.decode)

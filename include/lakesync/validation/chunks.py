@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 
-from lakesync.core.types import quote_identifier
 from lakesync.sink.merge import quote
+from lakesync.source import queries
 from lakesync.source.table_reader import KeyRange, TableShape
 from lakesync.validation.fingerprints import row_hashes
 
@@ -80,8 +80,7 @@ def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: i
     """The chunk plan for a keyed table (read inside the snapshot) and the source's row count."""
     keys = tuple(shape.key_columns)
     if shape.integer_key:
-        key = quote_identifier(keys[0])
-        cursor.execute(f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {shape.qualified}")
+        queries.execute(cursor, queries.key_bounds(shape.database, shape.name, keys[0]))
         low, high, count = _one_row(cursor)
         if low is None:
             return ChunkPlan(keys, uppers=()), 0
@@ -89,7 +88,7 @@ def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: i
         step = max(1, math.ceil((int(high) - int(low) + 1) / pieces))
         uppers = tuple(range(int(low) - 1 + step, int(high), step))
         return ChunkPlan(keys, uppers=uppers), int(count)
-    cursor.execute(f"SELECT COUNT(*) FROM {shape.qualified}")
+    queries.execute(cursor, queries.row_count(shape.database, shape.name))
     count = int(_one_row(cursor)[0])
     return ChunkPlan(keys, buckets=max(1, math.ceil(count / chunk_rows))), count
 

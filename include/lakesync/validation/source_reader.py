@@ -7,9 +7,11 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pymysql
+from sqlalchemy import ColumnElement
 
 from lakesync.core.errors import SourceError
-from lakesync.core.types import arrow_schema, arrow_table_from_db_rows, snapshot_select_list
+from lakesync.core.types import arrow_schema, arrow_table_from_db_rows
+from lakesync.source import queries
 from lakesync.source.table_reader import KeyRange, RangeReader, TableShape
 from lakesync.validation.chunks import ChunkPlan, Digest, chunk_digests, merge_digests
 from lakesync.validation.fingerprints import row_hashes
@@ -31,6 +33,7 @@ class SourceSide:
         self.columns = list(shape.columns)
         self.reader = RangeReader(shape) if fast else None
         self.schema = arrow_schema(self.columns)
+        self.source = shape.source_table()
 
     def batches(self, chunks: set[int] | None = None) -> Iterator[pa.Table]:
         """The rows of ``chunks`` (all when None): range chunks are read one by one with a key predicate,
@@ -40,7 +43,7 @@ class SourceSide:
             for chunk in wanted:
                 yield from self._read_range(self.plan.key_range(chunk))
             return
-        whole = self.reader.stream_all(self.conn, self.batch_rows) if self.reader else self._select("TRUE")
+        whole = self.reader.stream_all(self.conn, self.batch_rows) if self.reader else self._select(None)
         for batch in whole:
             if chunks is not None:
                 ids = self.plan.chunk_ids(batch.select(list(self.plan.key_columns)))
@@ -48,7 +51,7 @@ class SourceSide:
             yield batch
 
     def _read_range(self, key_range: KeyRange) -> Iterator[pa.Table]:
-        where = key_range.predicate(tuple(self.shape.key_columns))
+        where = queries.in_key_range(self.source, self.shape.key_columns, key_range.lower, key_range.upper)
         if self.reader is None:
             yield from self._select(where)
             return
@@ -61,10 +64,10 @@ class SourceSide:
             return
         yield table
 
-    def _select(self, where: str) -> Iterator[pa.Table]:
-        sql = f"SELECT {snapshot_select_list(self.columns)} FROM {self.shape.qualified} WHERE {where}"
+    def _select(self, where: ColumnElement[bool] | None) -> Iterator[pa.Table]:
+        statement = queries.select_rows(self.source, self.columns, where)
         with self.conn.cursor(pymysql.cursors.SSCursor) as cursor:
-            cursor.execute(sql)
+            queries.execute(cursor, statement)
             while rows := cursor.fetchmany(FETCH_ROWS):
                 yield arrow_table_from_db_rows(self.columns, rows)
 

@@ -45,6 +45,7 @@ import pymysql
 
 from lakesync.core.config import Pipeline
 from lakesync.core.table_layout import POS, table_semantics
+from lakesync.source import queries
 from lakesync.source.table_reader import TableShape, describe_table, rows_per_read
 from lakesync.validation.catch_up import stopped_reason, wait_for_stream
 from lakesync.validation.chunks import plan_chunks
@@ -170,7 +171,7 @@ def _not_comparable(result: TableComparison, conn: Any, shape: TableShape, uri: 
     from deltalake import DeltaTable
 
     with conn.cursor(pymysql.cursors.Cursor) as cursor:
-        cursor.execute(f"SELECT COUNT(*) FROM {shape.qualified}")
+        queries.execute(cursor, queries.row_count(shape.database, shape.name))
         result.source_rows = int(cursor.fetchone()[0])
     log_table = DeltaTable(uri, storage_options=storage)
     names = log_table.schema().to_arrow().names

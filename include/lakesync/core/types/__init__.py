@@ -7,7 +7,7 @@ docs/types.md holds the map as one table; this package is its implementation, on
   PyMySQL for the snapshot, python-mysql-replication for binlog rows);
 * :mod:`.rows`: whole driver rows -> JSON form (events) or Arrow (the full load);
 * :mod:`.json_arrow`: JSON form -> Arrow, from the Arrow type alone (the stream's sink);
-* :mod:`.source_sql`: the snapshot session's setup and lossless SELECT list.
+* :mod:`.source_sql`: the snapshot session's setup (the lossless SELECT: :mod:`lakesync.source.queries`).
 
 Three value forms meet here: what the drivers return, the JSON form carried in change events (ints as
 numbers, DECIMAL as exact strings, temporal values as ISO strings, TIME as signed microseconds, binary
@@ -27,12 +27,7 @@ from lakesync.core.types.rows import (
     json_row_from_db,
     json_value,
 )
-from lakesync.core.types.source_sql import (
-    SNAPSHOT_TIME_ZONE_SQL,
-    quote_identifier,
-    snapshot_select_expression,
-    snapshot_select_list,
-)
+from lakesync.core.types.source_sql import SNAPSHOT_TIME_ZONE_SQL
 from lakesync.core.types.type_map import MAX_DECIMAL_PRECISION, arrow_field, arrow_schema
 
 __all__ = [
@@ -51,7 +46,4 @@ __all__ = [
     "json_row_from_binlog",
     "json_row_from_db",
     "json_value",
-    "quote_identifier",
-    "snapshot_select_expression",
-    "snapshot_select_list",
 ]

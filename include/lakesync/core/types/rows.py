@@ -117,7 +117,7 @@ def json_row_from_db(columns: Sequence[ColumnSpec], row: Sequence[Any]) -> dict[
 
 
 def arrow_table_from_db_rows(columns: Sequence[ColumnSpec], rows: Sequence[Sequence[Any]]) -> pa.Table:
-    """PyMySQL row tuples (``SELECT`` in column order, see :func:`snapshot_select_list`) -> an Arrow table."""
+    """PyMySQL row tuples (``SELECT`` in column order, see :func:`lakesync.source.queries.select_rows`) -> an Arrow table."""
     schema = arrow_schema(columns)
     if not rows:
         return schema.empty_table()
