@@ -25,9 +25,8 @@ from lakesync.stream.columnar_decode import (
     _fast_decode,
     decode_records,
     decode_table,
-    header_column,
 )
-from lakesync.stream.decode import decode_batch
+from lakesync.stream.decode import decode_batch, header_column
 
 UTC = dt.UTC
 TOPIC = "p.db.t"

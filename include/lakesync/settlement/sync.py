@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,13 +41,13 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError, ValidationMismatch
 from lakesync.core.positions import MIN_KEY
-from lakesync.core.table_layout import OP, POS, TS
+from lakesync.core.table_layout import DELETE_OP, OP, POS, TS
 from lakesync.core.types import ColumnSpec, arrow_schema, arrow_table_from_db_rows
 from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
 from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
-from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
+from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
 from lakesync.source import queries
 from lakesync.source.schema import read_key_columns, read_table_columns
 from lakesync.source.server_checks import current_position, server_variables
@@ -184,7 +184,7 @@ def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datet
     user = [column.name for column in source.columns]
     if table is None:
         return arrow_schema(source.columns).empty_table()
-    wm_type = pa.schema(table.schema().to_arrow()).field(source.watermark.name).type
+    wm_type = delta_arrow_schema(table).field(source.watermark.name).type
     low, high = (_timestamp_literal(bound, wm_type) for bound in bounds)
     wm = quote(source.watermark.name)
     return _read(table, user, f"{wm} >= {low} AND {wm} < {high}").cast(arrow_schema(source.columns))
@@ -201,6 +201,12 @@ def _timestamp_literal(bound: datetime, arrow_type: pa.DataType) -> str:
     return f"TIMESTAMP '{text}Z'" if zoned else f"TIMESTAMP '{text}'"
 
 
+def _flag(values: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:
+    """A boolean column as a mask: null counts as false."""
+    whole = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return cast(pa.BooleanArray, pc.fill_null(whole, pa.scalar(False)))
+
+
 def _differences(source_rows: pa.Table, delta_rows: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
     """(source rows Delta lacks or holds differently, key rows Delta has in the window but the source not).
 
@@ -211,15 +217,13 @@ def _differences(source_rows: pa.Table, delta_rows: pa.Table, key: list[str]) ->
         "__dst", pa.array([True] * delta_rows.num_rows, pa.bool_())
     )
     joined = left.join(right, keys=key, join_type="full outer")
-    in_source = pc.fill_null(joined["__src"], False)
-    in_delta = pc.fill_null(joined["__dst"], False)
+    in_source, in_delta = _flag(joined.column("__src")), _flag(joined.column("__dst"))
     same = in_delta
     for name in columns:
         if name in key:
             continue
-        a, b = joined[name], joined[f"__d_{name}"]
-        equal = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
-        same = pc.and_(same, pc.fill_null(equal, False))
+        a, b = joined.column(name).combine_chunks(), joined.column(f"__d_{name}").combine_chunks()
+        same = pc.and_(same, _flag(pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))))
     upserts = joined.filter(pc.and_(in_source, pc.invert(same))).select(columns)
     gone = joined.filter(pc.and_(in_delta, pc.invert(in_source))).select(key)
     return upserts.cast(source_rows.schema), gone
@@ -260,8 +264,8 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
     writer and may overwrite equal positions. A lost commit race is retried (:mod:`lakesync.sink.writer`).
     """
     options = pipeline.delta.storage_options or None
-    deletes = changes.filter(pc.equal(changes[OP], "d"))
-    upserts = changes.filter(pc.not_equal(changes[OP], "d"))
+    is_delete = pc.equal(changes.column(OP), pa.scalar(DELETE_OP))
+    deletes, upserts = changes.filter(is_delete), changes.filter(pc.invert(is_delete))
     tombstones = TombstoneStore(tombstone_uri(uri), key_columns=key, storage_options=options)
     txn = properties.app_transactions[0]  # type: ignore[index]
 
@@ -276,7 +280,7 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
             return DeltaTable(uri, storage_options=options).version()
         merged = pa.concat_tables([kept, deletes])
         if merged.num_rows == 0:
-            write_deltalake(uri, pa.schema(current.schema().to_arrow()).empty_table(), mode="append",
+            write_deltalake(uri, delta_arrow_schema(current).empty_table(), mode="append",
                             storage_options=options, commit_properties=commit)
         else:
             merge_changes(current, merged, key_columns=key, commit=commit, allow_equal=position == MIN_KEY)

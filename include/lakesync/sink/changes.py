@@ -50,8 +50,8 @@ def check_changes(changes: pa.Table, key_columns: list[str]) -> None:
     for name in (*key_columns, POS, OP):
         if changes.column(name).null_count:
             raise SinkError(f"the change batch has nulls in {name!r}", hint="every change needs its key and position")
-    ops = pc.unique(changes.column(OP)).to_pylist()
-    unknown = sorted(set(ops) - {*UPSERT_OPS, DELETE_OP})
+    ops: set[str | None] = set(pc.unique(changes.column(OP)).to_pylist())
+    unknown = sorted(str(op) for op in ops - {*UPSERT_OPS, DELETE_OP})
     if unknown:
         raise SinkError(f"unknown change op(s) {unknown}", hint="ops are r (snapshot read), c, u and d")
 
@@ -73,20 +73,20 @@ def last_change_per_key(changes: pa.Table, key_columns: list[str]) -> pa.Table:
 
 def _differs_from_next(ordered: pa.Table, key_columns: list[str]) -> pa.Array:
     """True where the row's key differs from the following row's key; always True for the last row."""
-    differs = None
+    differs: pa.Array | None = None
     for name in key_columns:
-        column = ordered.column(name)
+        column = ordered.column(name).combine_chunks()
         step = pc.not_equal(column.slice(0, len(column) - 1), column.slice(1))
         differs = step if differs is None else pc.or_(differs, step)
-    return pa.concat_arrays([differs.combine_chunks() if isinstance(differs, pa.ChunkedArray) else differs,
-                             pa.array([True])])
+    assert differs is not None, "a key has at least one column"
+    return pa.concat_arrays([differs, pa.array([True])])
 
 
 def plan_changes(changes: pa.Table, key_columns: list[str]) -> ChangePlan:
     """Check the batch, keep the newest change per key, and split it into upserts and deletes."""
     check_changes(changes, key_columns)
     latest = last_change_per_key(changes, key_columns)
-    is_delete = pc.equal(latest.column(OP), DELETE_OP)
+    is_delete = pc.equal(latest.column(OP), pa.scalar(DELETE_OP))
     return ChangePlan(
         upserts=latest.filter(pc.invert(is_delete)),
         deletes=latest.filter(is_delete),

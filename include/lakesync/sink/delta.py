@@ -45,7 +45,7 @@ from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
-from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
+from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,6 @@ class ApplyResult:
     rows_updated: int = 0
     rows_deleted: int = 0
     table_version: int | None = None
-
-
-def _arrow_schema(table: DeltaTable) -> pa.Schema:
-    return pa.schema(table.schema().to_arrow())
 
 
 class DeltaSink:
@@ -271,11 +267,11 @@ class DeltaSink:
         self, table: DeltaTable, changes: pa.Table, *, app_id: str, batch_version: int, commit: CommitProperties
     ) -> ApplyResult:
         check_changes(changes, self.key_columns)
-        target = _arrow_schema(table)
+        target = delta_arrow_schema(table)
         source = conform(changes, target)
         snapshot = table.transaction_version(SNAPSHOT_APP_ID)
         if snapshot is not None:
-            source = source.filter(pc.greater(source.column(POS), decode_snapshot(snapshot)))
+            source = source.filter(pc.greater(source.column(POS), pa.scalar(decode_snapshot(snapshot))))
         plan = plan_changes(source, self.key_columns)
         # Tombstones first: if we crash before the MERGE commits, the batch is replayed (its app transaction
         # is not on the target) and the tombstones are already there; the reverse order could lose them.
@@ -340,7 +336,7 @@ class DeltaSink:
 
     def _append(self, table: DeltaTable, changes: pa.Table, commit: CommitProperties) -> ApplyResult:
         check_changes(changes, [])
-        rows = self._not_logged_yet(conform(changes, _arrow_schema(table), fill=True))
+        rows = self._not_logged_yet(conform(changes, delta_arrow_schema(table), fill=True))
         version_before = table.version()
         if rows.num_rows:
             try:

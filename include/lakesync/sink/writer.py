@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
@@ -31,6 +32,12 @@ from lakesync.core.errors import SinkError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+def delta_arrow_schema(table: DeltaTable) -> pa.Schema:
+    """The table's schema as a pyarrow schema. delta-rs hands back an arro3 schema, which pyarrow takes through
+    the Arrow C data interface (pyarrow-stubs do not know that ``pa.schema`` accepts such an object)."""
+    return pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
+
 
 #: Delta table properties every lakesync table carries (the change data feed shows each MERGE).
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true"}

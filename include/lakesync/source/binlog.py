@@ -126,13 +126,15 @@ def column_spec(column: Any, data_type: str | None = None) -> lakesync_types.Col
     ``data_type`` overrides what the table map says, for the types it cannot name (UUID, INET4, INET6)."""
     data_type = data_type or _data_type(column)
     column_type = data_type
+    fsp: int = getattr(column, "fsp", None) or 0
+    max_length: int = getattr(column, "max_length", None) or 0
     if data_type == "decimal":
         column_type = f"decimal({column.precision},{column.decimals})"
-    elif data_type in ("datetime", "timestamp", "time") and getattr(column, "fsp", 0):
-        column_type = f"{data_type}({column.fsp})"
-    elif data_type == "binary" and getattr(column, "max_length", 0):
+    elif data_type in ("datetime", "timestamp", "time") and fsp:
+        column_type = f"{data_type}({fsp})"
+    elif data_type == "binary" and max_length:
         # the binlog strips BINARY(n)'s trailing NULs; the width is what puts them back
-        column_type = f"binary({column.max_length})"
+        column_type = f"binary({max_length})"
     elif data_type in ("enum", "set"):
         members = column.enum_values if data_type == "enum" else column.set_values
         column_type = f"{data_type}(" + ",".join("'" + str(v).replace("'", "''") + "'" for v in members or ()) + ")"

@@ -152,3 +152,10 @@ def execute(cursor: Any, statement: Select) -> None:
     and the compiled text has every ``%`` of a name doubled for that formatting."""
     sql, params = compile_statement(statement)
     cursor.execute(sql, params)
+
+
+def one_row(cursor: Any) -> tuple[Any, ...]:
+    """The row a query that always returns one (an aggregate, ``SELECT @@variable``) returned."""
+    row = cursor.fetchone()
+    assert row is not None, "this query returns one row"
+    return tuple(row)

@@ -63,6 +63,8 @@ _NULL = "NULL"
 #: The one collation every text field of a row's line is put in (binary: it compares nothing, only joins).
 LINE_COLLATION = "utf8mb4_bin"
 _END_FIELD = "_lakesync_end_of_line"
+#: The CSV reader's block; a text longer than this is parsed as one block of its own size (see ``parse``).
+_CSV_BLOCK_BYTES = 1 << 24
 _TMP_FILE_RETRIES = 3
 
 
@@ -136,7 +138,7 @@ def rows_per_read(shape: TableShape, cursor: pymysql.cursors.Cursor, wanted: int
     """How many rows one ``GROUP_CONCAT`` read may hold: ``wanted``, capped so its text stays well under the
     server's ``max_allowed_packet``."""
     cursor.execute("SELECT @@max_allowed_packet")
-    packet = int(cursor.fetchone()[0])
+    packet = int(queries.one_row(cursor)[0])
     budget = min(MAX_TEXT_BYTES, packet // 2)
     # The text form of a row is about as long as InnoDB's average row (numbers shrink, quoting grows).
     per_row = max(shape.avg_row_length, 16 * len(shape.columns), 64)
@@ -153,7 +155,7 @@ def plan_ranges(cursor: pymysql.cursors.Cursor, shape: TableShape, rows_per_rang
         return [KeyRange("all")]
     if shape.integer_key:
         queries.execute(cursor, queries.key_bounds(shape.database, shape.name, shape.key_columns[0]))
-        low, high, count = cursor.fetchone()
+        low, high, count = queries.one_row(cursor)
         if low is None:
             return [KeyRange("all")]
         pieces = max(1, math.ceil(count / rows_per_range))
@@ -275,13 +277,13 @@ class RangeReader:
         self._safe = False
         column_types = {name: plan.parse_type for name, plan in zip(names, self._plans, strict=True)}
         self._fast_options = (
-            pacsv.ReadOptions(column_names=[*names, _END_FIELD], use_threads=False, block_size=1 << 24),
+            pacsv.ReadOptions(column_names=[*names, _END_FIELD], use_threads=False, block_size=_CSV_BLOCK_BYTES),
             pacsv.ParseOptions(delimiter="\x1f", quote_char=False, ignore_empty_lines=False),
             pacsv.ConvertOptions(column_types=column_types, null_values=[_NULL], strings_can_be_null=False,
                                  include_columns=names),
         )
         self._safe_options = (
-            pacsv.ReadOptions(column_names=names, use_threads=False, block_size=1 << 24),
+            pacsv.ReadOptions(column_names=names, use_threads=False, block_size=_CSV_BLOCK_BYTES),
             pacsv.ParseOptions(double_quote=True, newlines_in_values=True, ignore_empty_lines=False),
             pacsv.ConvertOptions(column_types=column_types, null_values=[_NULL], strings_can_be_null=True,
                                  quoted_strings_can_be_null=False),
@@ -339,7 +341,7 @@ class RangeReader:
                 # (errno 6). The statement changed nothing, so it is safe to run again inside the snapshot.
                 if exc.args[0] != 6 or attempt == _TMP_FILE_RETRIES - 1:
                     raise
-        count, text = cursor.fetchone()
+        count, text = queries.one_row(cursor)
         return int(count), text
 
     def stream_all(self, connection: pymysql.connections.Connection, batch_rows: int) -> Iterator[pa.Table]:
@@ -355,7 +357,7 @@ class RangeReader:
         if not text:
             return self.schema.empty_table()
         read_options, parse_options, convert_options = self._safe_options if safe else self._fast_options
-        if len(text) >= read_options.block_size:
+        if len(text) >= _CSV_BLOCK_BYTES:
             # A row must fit in one CSV block: a range holding a 50 MB BLOB is parsed as a single block.
             read_options = pacsv.ReadOptions(column_names=read_options.column_names, use_threads=False,
                                              block_size=len(text) + 1)
@@ -369,7 +371,7 @@ class RangeReader:
     def _finish(plan: _ColumnPlan, column: types.ColumnSpec, values: pa.ChunkedArray, *, safe: bool
                 ) -> pa.ChunkedArray:
         if plan.marked and not safe:
-            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, values.type),
+            values = pc.if_else(pc.equal(values, pa.scalar("")), pa.scalar(None, values.type),
                                 pc.utf8_slice_codeunits(values, 1))
         if plan.convert == "none":
             return values

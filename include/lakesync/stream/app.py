@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -120,7 +121,9 @@ def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> lis
 def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema:
     from deltalake import DeltaTable
 
-    return pa.schema(DeltaTable(uri, storage_options=storage_options or None).schema().to_arrow())
+    from lakesync.sink.writer import delta_arrow_schema
+
+    return delta_arrow_schema(DeltaTable(uri, storage_options=storage_options or None))
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,7 @@ class BatchApplier:
     def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
         changes, count = reduced.rows, reduced.changes
         if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
-            changes = changes.filter(pc.greater(changes.column(POS), self._table(table_name).handoff_key))
+            changes = changes.filter(pc.greater(changes.column(POS), pa.scalar(self._table(table_name).handoff_key)))
             count = changes.num_rows
         if not changes.num_rows:
             return
@@ -402,7 +405,8 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     applier.monitor.open(serve=not once)
     query = writer.start()
     try:
-        query.awaitTermination(timeout_seconds) if timeout_seconds else query.awaitTermination()
+        # whole seconds: PySpark's API takes an int (a fraction would only be truncated in the JVM)
+        query.awaitTermination(math.ceil(timeout_seconds)) if timeout_seconds else query.awaitTermination()
     except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
         applier.monitor.failed(exc)
         raise stream_failure(pipeline.name, exc) from exc

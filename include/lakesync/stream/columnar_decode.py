@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -25,10 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from lakesync.core.positions import MIN_KEY
-from lakesync.core.table_layout import META_COLUMNS
+from lakesync.core.table_layout import DELETE_OP, META_COLUMNS
 from lakesync.core.types import arrow_value_from_json
 from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS
-from lakesync.stream.decode import CHANGE_OPS, decode_batch
+from lakesync.stream.decode import CHANGE_OPS, decode_batch, header_column
 
 #: ``SourcePosition.key()`` exactly: a header of this shape is the position the record decoder would
 #: rebuild, character for character (it parses the three numbers and prints them at these widths).
@@ -68,24 +69,13 @@ def _to_target(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
     return pa.array([arrow_value_from_json(arrow_type, v) for v in values.to_pylist()], type=arrow_type)
 
 
-def header_column(headers: pa.Array, name: str) -> pa.Array:
-    """Per record, the value of header ``name`` (the last one when it repeats, as a dict keeps it), or null."""
-    parents = pc.list_parent_indices(headers).to_numpy()
-    flat = pc.list_flatten(headers)
-    found = pc.equal(flat.field("key"), name).fill_null(False).to_numpy(zero_copy_only=False)
-    where = np.full(len(headers), -1, dtype=np.int64)
-    where[parents[found]] = np.arange(int(found.sum()))  # later duplicates overwrite earlier ones
-    picked = pa.array(where, mask=where < 0)
-    return flat.field("value").filter(pa.array(found)).take(picked)
-
-
 def _fast_mask(records: pa.Table) -> pa.Array:
     """The records the columnar path can take: lakesync's events with a canonical position header."""
     headers = records.column("headers").combine_chunks()
     fmt = header_column(headers, H_FORMAT).cast(pa.string())
     pos = header_column(headers, H_POS).cast(pa.string())
     value = records.column("value")
-    ok = pc.and_(pc.equal(fmt, EVENT_FORMAT), pc.match_substring_regex(pos, _KEY_PATTERN))
+    ok = pc.and_(pc.equal(fmt, pa.scalar(EVENT_FORMAT)), pc.match_substring_regex(pos, _KEY_PATTERN))
     ok = pc.and_(ok, pc.invert(pc.match_substring(value, "\n")))
     return ok.fill_null(False)
 
@@ -95,7 +85,7 @@ def _fast_decode(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
     columns = pa.struct([pa.field(f.name, _parse_type(f.type)) for f in schema])
     envelope = pa.schema([("before", columns), ("after", columns), ("op", pa.string()),
                           ("source", pa.struct([("ts_ms", pa.int64())]))])
-    text = b"\n".join(records.column("value").to_pylist())
+    text = b"\n".join(cast(list[bytes], records.column("value").to_pylist()))  # tombstones are filtered out
     try:
         parsed = pa_json.read_json(io.BytesIO(text), parse_options=pa_json.ParseOptions(
             explicit_schema=envelope, unexpected_field_behavior="ignore"))
@@ -106,7 +96,7 @@ def _fast_decode(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
     op = parsed.column("op").combine_chunks()
     if not pc.all(pc.is_in(op, pa.array(sorted(CHANGE_OPS)))).as_py():
         return None  # the record decoder says what is wrong with them
-    is_delete = pc.equal(op, "d")
+    is_delete = pc.equal(op, pa.scalar(DELETE_OP))
     before, after = parsed.column("before").combine_chunks(), parsed.column("after").combine_chunks()
     arrays = []
     for f in schema:
@@ -176,17 +166,17 @@ def decode_records(records: pa.Table, plan: DecodePlan) -> DecodedRecords:
     records = records.filter(pc.is_valid(records.column("value")))  # Kafka tombstones are no changes
     topic = records.column("topic")
     if plan.schema_topic is not None:
-        schema_rows = records.filter(pc.equal(topic, plan.schema_topic))
+        schema_rows = records.filter(pc.equal(topic, pa.scalar(plan.schema_topic)))
         if schema_rows.num_rows:
             out.schema_records = schema_rows
-    for name in pc.unique(topic).to_pylist():
+    for name in cast(list[str], pc.unique(topic).to_pylist()):
         table = plan.topic_tables.get(name)
         if table is None or table not in plan.schemas:
             continue
-        changes = decode_table(records.filter(pc.equal(topic, name)), name, table, plan.schemas[table])
+        changes = decode_table(records.filter(pc.equal(topic, pa.scalar(name))), name, table, plan.schemas[table])
         stop = plan.stop_before.get(table)
         if stop is not None:
-            changes = changes.filter(pc.less(changes.column(META_COLUMNS[0]), stop))
+            changes = changes.filter(pc.less(changes.column(META_COLUMNS[0]), pa.scalar(stop)))
         if changes.num_rows:
             out.tables[table] = changes
     return out

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,7 +58,7 @@ class TableChanges:
         self.new_columns.update(seen.difference(schema.names))
         # nullable: a partial image (a delete carrying only the key) leaves the other columns null
         table = arrow_table_from_json_rows(pa.schema([f.with_nullable(True) for f in schema]), images)
-        meta = [
+        meta: list[pa.Array] = [
             pa.array([event.position.key() for event in self.events], pa.string()),
             pa.array([event.op for event in self.events], pa.string()),
             pa.array([event.ts_ms for event in self.events], pa.int64()),
@@ -97,26 +99,23 @@ def decode_batch(records: pa.Table, topic_tables: Mapping[str, str], schema_topi
 
 
 def _records(records: pa.Table) -> Iterable[tuple[str, bytes | None, list[tuple[str, bytes]]]]:
-    topics = records.column("topic").to_pylist()
-    values = records.column("value").to_pylist()
-    headers = _header_columns(records.column("headers"), HEADERS_READ)
+    topics = cast(list[str], records.column("topic").to_pylist())
+    values = cast(list[bytes | None], records.column("value").to_pylist())
+    array = records.column("headers").combine_chunks()
+    # picked out column-wise: building every record's whole header list in Python costs more than
+    # decoding its JSON value
+    headers: dict[str, list[bytes | None]] = {name: header_column(array, name).to_pylist() for name in HEADERS_READ}
     for index, (topic, value) in enumerate(zip(topics, values, strict=True)):
-        yield topic, value, [(name, column[index]) for name, column in headers.items() if column[index] is not None]
+        yield topic, value, [(name, found) for name, column in headers.items() if (found := column[index]) is not None]
 
 
-def _header_columns(headers: pa.ChunkedArray, names: Iterable[str]) -> dict[str, list[bytes | None]]:
-    """Per record, the value of each header in ``names`` (the last one when a name repeats, as a dict would
-    keep it), picked out column-wise: building every record's whole header list in Python costs more
-    than decoding its JSON value."""
-    array = headers.combine_chunks() if isinstance(headers, pa.ChunkedArray) else headers
-    columns: dict[str, list[bytes | None]] = {}
-    parents = pc.list_parent_indices(array)
-    flat = pc.list_flatten(array)
-    keys, values = flat.field("key"), flat.field("value")
-    for name in names:
-        column: list[bytes | None] = [None] * len(array)
-        found = pc.equal(keys, name)
-        for index, value in zip(parents.filter(found).to_pylist(), values.filter(found).to_pylist(), strict=True):
-            column[index] = value
-        columns[name] = column
-    return columns
+def header_column(headers: pa.Array, name: str) -> pa.Array:
+    """Per record, the value of header ``name`` (the last one when it repeats, as a dict keeps it), or null:
+    the Kafka ``headers`` column (list of key/value structs) read column-wise, never record by record."""
+    parents = pc.list_parent_indices(headers).to_numpy()
+    flat = cast(pa.StructArray, pc.list_flatten(headers))
+    found = pc.equal(flat.field("key"), pa.scalar(name)).fill_null(False).to_numpy(zero_copy_only=False)
+    where = np.full(len(headers), -1, dtype=np.int64)
+    where[parents[found]] = np.arange(int(found.sum()))  # later duplicates overwrite earlier ones
+    picked = pa.array(where, type=pa.int64(), mask=where < 0)
+    return flat.field("value").filter(pa.array(found)).take(picked)

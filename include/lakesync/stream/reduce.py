@@ -34,8 +34,8 @@ from lakesync.events.envelope import H_POS, SchemaChangeEvent
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.kafka.spark_source import KafkaInputPartition, ranges_of, read_range
 from lakesync.sink.changes import last_change_per_key
-from lakesync.stream.columnar_decode import DecodePlan, decode_records, header_column
-from lakesync.stream.decode import DecodedBatch, decode_batch
+from lakesync.stream.columnar_decode import DecodePlan, decode_records
+from lakesync.stream.decode import DecodedBatch, decode_batch, header_column
 
 _ROWS, _SCHEMA, _RAW, _NEWEST = "rows", "schema", "raw", "newest"
 #: Reduced rows per IPC chunk sent to the driver (keeps each binary value far below Spark's 2 GB limit).

@@ -140,7 +140,8 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
     action = SchemaAction()
     names = set(current.names)
     for change in event.changes:
-        kind, column = change.get("change"), change.get("column")
+        kind = change.get("change")
+        column = str(change.get("column") or "")  # empty for table-level clauses (primary_key)
         stop = None
         if kind == "add" and column not in names:
             new_field = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).with_nullable(True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,19 +68,12 @@ class ChunkPlan:
         return " AND ".join(parts) or "TRUE"
 
 
-def _one_row(cursor: pymysql.cursors.Cursor) -> tuple[Any, ...]:
-    """The row an aggregate query always returns."""
-    row = cursor.fetchone()
-    assert row is not None, "an aggregate query returns one row"
-    return tuple(row)
-
-
 def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: int) -> tuple[ChunkPlan, int]:
     """The chunk plan for a keyed table (read inside the snapshot) and the source's row count."""
     keys = tuple(shape.key_columns)
     if shape.integer_key:
         queries.execute(cursor, queries.key_bounds(shape.database, shape.name, keys[0]))
-        low, high, count = _one_row(cursor)
+        low, high, count = queries.one_row(cursor)
         if low is None:
             return ChunkPlan(keys, uppers=()), 0
         pieces = max(1, math.ceil(count / chunk_rows))
@@ -89,7 +81,7 @@ def plan_chunks(cursor: pymysql.cursors.Cursor, shape: TableShape, chunk_rows: i
         uppers = tuple(range(int(low) - 1 + step, int(high), step))
         return ChunkPlan(keys, uppers=uppers), int(count)
     queries.execute(cursor, queries.row_count(shape.database, shape.name))
-    count = int(_one_row(cursor)[0])
+    count = int(queries.one_row(cursor)[0])
     return ChunkPlan(keys, buckets=max(1, math.ceil(count / chunk_rows))), count
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 RUNS_TABLE = "_lakesync/validation_runs"
 
-SCHEMA = pa.schema([
+_FIELDS: list[pa.Field] = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("pipeline", pa.string(), nullable=False),
     pa.field("table", pa.string(), nullable=False),
@@ -42,7 +42,8 @@ SCHEMA = pa.schema([
     pa.field("position", pa.string()),
     pa.field("sample", pa.string()),
     pa.field("note", pa.string()),
-])
+]
+SCHEMA = pa.schema(_FIELDS)
 
 
 def runs_uri(pipeline: Pipeline) -> str:
