@@ -106,7 +106,7 @@ def _table_card(row: dict[str, Any], history: list[dict[str, Any]], start: datet
     lag = stream.get("lag_seconds")
     facts = [
         ("semantics", row.get("semantics")), ("lag", None if lag is None else f"{lag:,.1f} s"),
-        ("applied position", stream.get("applied_position") or (row.get("delta") or {}).get("max_position")),
+        ("applied position", row.get("applied_position")),
         ("last batch", stream.get("last_batch_at")),
         ("full load", f"{load.get('status')}, {load.get('rows')} rows" if load else None),
         ("last validation", f"{checked.get('status')} at {checked.get('finished_at')}" if checked else None),

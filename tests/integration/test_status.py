@@ -73,6 +73,8 @@ def test_status_reports_load_stream_delta_and_lag_per_table(pipeline):
     assert orders["stream"]["stopped_reason"].startswith("schema change")
     assert 100 < orders["stream"]["lag_seconds"] < 200 and orders["lagging"] is True
     assert orders["delta"] == {"version": 0, "files": 1, "rows": 3, "max_position": LOAD_POS.with_row(1).key()}
+    assert orders["applied_position"] == LOAD_POS.with_row(1).key()  # the one answer, as the view shows it
+    assert by_name["audit"]["applied_position"] is None
     assert orders["last_validation"] is None
     assert by_name["audit"]["semantics"] == "append_log" and by_name["audit"]["delta"] is None
 

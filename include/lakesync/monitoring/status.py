@@ -14,8 +14,11 @@ Shape::
                "backpressure": {"throttling": false, "lag_records": 0, "max_lag": 0, "since_ms": null, ...} | null}
               | {"error": "...", "backpressure": ...} (absent with relay=False),
      "tables": [{"table": "customers", "semantics": "exactly_once", "key_columns": ["id"],
-                 "full_load": {...} | null, "stream": {...} | null, "delta": {...} | null,
-                 "last_validation": {...} | null, "lagging": false}]}
+                 "full_load": {...} | null, "stream": {...} | null, "applied_position": "..." | null,
+                 "delta": {...} | null, "last_validation": {...} | null, "lagging": false}]}
+
+``applied_position`` is :func:`lakesync.stream.progress.applied_position`: the newest source position the
+table holds, from the stream's progress, Delta and the tombstones (a delete counts).
 
 ``semantics`` and ``key_columns`` come from the pipeline file, else from the last validation run (which
 read them from the source); ``null`` means not known yet.
@@ -34,7 +37,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
-from lakesync.stream.progress import StreamProgress, TableProgress
+from lakesync.stream.progress import StreamProgress, TableProgress, applied_position
 from lakesync.validation.store import last_results
 
 
@@ -110,6 +113,7 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
                 "finished_at": load.finished_at if loaded.status == "done" else None,
             },
             "stream": stream_entry,
+            "applied_position": applied_position(pipeline, name),
             "delta": delta_summary(pipeline.delta.table_uri(name), storage),
             "last_validation": None if validation is None else {
                 key: validation[key] for key in ("run_id", "finished_at", "status", "source_rows", "delta_rows",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import (
@@ -50,9 +51,9 @@ from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
 
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
 _FL_STANDALONE = 0x01
-_MISSING_BINLOG_ERRORS = (1236,)  # ER_MASTER_FATAL_ERROR_READING_BINLOG: file purged or position invalid
+_MISSING_BINLOG_ERRORS = (ER.MASTER_FATAL_ERROR_READING_BINLOG,)  # file purged or position invalid
 #: Access denied on the replication connection: the user logged in for the checks, so it lacks the grant.
-_NO_REPLICATION_GRANT = (1045, 1227)
+_NO_REPLICATION_GRANT = (ER.ACCESS_DENIED_ERROR, ER.SPECIFIC_ACCESS_DENIED_ERROR)
 
 
 @dataclass(frozen=True, slots=True)

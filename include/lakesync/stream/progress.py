@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakesync.core.state_files import write_json_atomically
 from lakesync.core.table_layout import POS
 
 if TYPE_CHECKING:
@@ -76,11 +77,7 @@ class StreamProgress:
         return cls({name: TableProgress(**values) for name, values in raw.get("tables", {}).items()})
 
     def save(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        file = state_dir / PROGRESS_FILE
-        tmp = file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"tables": {name: asdict(p) for name, p in self.tables.items()}}, indent=2))
-        tmp.replace(file)
+        write_json_atomically(state_dir / PROGRESS_FILE, {"tables": {name: asdict(p) for name, p in self.tables.items()}})
 
     def record(self, table: str, *, batch_id: int, rows: int, position: str | None, source_ts_ms: int | None
                ) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 
 from lakesync.core.errors import SourceError
 
 #: Server errors meaning "not allowed" (no RELOAD for FLUSH TABLES WITH READ LOCK, say).
-_LOCK_DENIED = {1044, 1142, 1227}
+_LOCK_DENIED = {ER.DBACCESS_DENIED_ERROR, ER.TABLEACCESS_DENIED_ERROR, ER.SPECIFIC_ACCESS_DENIED_ERROR}
 
 
 def open_validation_snapshot(connection: Any, database: str) -> Any:

@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
+from pymysql.constants import CR
 
 from lakesync.core.config import Pipeline
 from lakesync.core.table_layout import POS, table_semantics
@@ -63,8 +64,9 @@ DEFAULT_CHUNK_ROWS = 100_000
 DIFF_ROWS = 500_000
 DEFAULT_SETTLE_TIMEOUT_S = 30.0
 DEFAULT_ROUNDS = 3
-#: 6: "Error on delete of '/tmp/#sql-temptable...'" (seen with servers sharing a tmpdir); 2006/2013: lost connection.
-_TRANSIENT_ERRORS = {6, 2006, 2013}
+#: OS errno 6 inside a server error: "Error on delete of '/tmp/#sql-temptable...'" (seen with servers sharing a
+#: tmpdir); the connection lost or gone.
+_TRANSIENT_ERRORS = {6, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST}
 
 ProgressCallback = Callable[[str, str], None]
 """``(table, what is happening)``: for the CLI's progress line."""
