@@ -123,6 +123,8 @@ class RssSampler(threading.Thread):
     def role(process: Any) -> str:
         """What a process of the tree is, from its command line (Spark's daemon, a Python worker, the JVM)."""
         line = " ".join(process.cmdline())
+        if "pyspark.daemon" in line and "pyspark.daemon" in " ".join(process.parent().cmdline()):
+            return "python-worker"  # forked by a daemon: it keeps the daemon's command line
         for marker, role in (("pyspark.daemon", "python-daemon"), ("pyspark.worker", "python-worker"),
                              ("pyspark.sql.", "python-planner"), ("java", "jvm"), ("lakesync", "driver")):
             if marker in line:
