@@ -61,7 +61,8 @@ class SourceColumn:
     column_type: str
 
 
-def _identifier(name: str) -> str:
+def quote_identifier(name: str) -> str:
+    """A MySQL identifier in backticks (the oracle's own quoting; tests that build SQL use it too)."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -96,7 +97,7 @@ def source_key(conn: pymysql.connections.Connection, database: str, table: str) 
 
 
 def _select_expression(column: SourceColumn) -> str:
-    name = _identifier(column.name)
+    name = quote_identifier(column.name)
     if column.data_type == "float":
         return f"CAST({name} AS DOUBLE)"
     if column.data_type in SPATIAL_TYPES:
@@ -109,7 +110,7 @@ def read_source(conn: pymysql.connections.Connection, database: str, table: str,
     select = ", ".join(_select_expression(c) for c in columns)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {select} FROM {_identifier(database)}.{_identifier(table)}")
+        cur.execute(f"SELECT {select} FROM {quote_identifier(database)}.{quote_identifier(table)}")
         return [tuple(_from_source(c, value) for c, value in zip(columns, row, strict=True))
                 for row in cur.fetchall()]
 

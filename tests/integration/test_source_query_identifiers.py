@@ -20,6 +20,7 @@ from lakesync.settlement.sync import settle_table, validate_interval
 from lakesync.validation.validate import validate_pipeline
 from tests.deltakit import delta_table
 from tests.oracle import compare_table
+from tests.oracle import quote_identifier as q
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +30,6 @@ NOV_20 = datetime(2026, 11, 20, 2, 0, tzinfo=UTC)
 PERCENT = "fee%s 100%d"
 QUOTES = "le`dger 'q\" %("
 ID, AMOUNT, NOTE, STAMP, WATERMARK = "id %s", "amount %d", "no`te 'q\"", "stamp%(x)s", "upd%ated `at'"
-
-
-def q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from lakesync.stream.progress import StreamProgress
 from lakesync.validation.store import last_results
 from lakesync.validation.validate import validate_pipeline
 from tests.deltakit import delta_table, source_arrow
+from tests.oracle import quote_identifier as q
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +33,6 @@ LEDGER = "le`dger 'q\" ä"            # single integer key: range chunks
 ID, NAME, AMOUNT = "id `x", "näme 'q\"", "amount €"
 CODES = "codes ö"                     # composite text key: hash buckets
 AUDIT = "audit log"                   # no key: append-only change log
-
-
-def q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from lakesync.cli.main import main
 from lakesync.core.config import load_pipeline
 from lakesync.full_load.load import FullLoad
 from tests.oracle import compare_table
+from tests.oracle import quote_identifier as q
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +30,6 @@ TEXT_KEYED = "text_keyed"  # text key: hash buckets
 
 TEXTS = ["😀 grinning", "𝐀𝐁𝐂 𝔘𝔫𝔦", "a\x00b", "a\x00c", "", "x\x00", "x", "trail   ", "\x00", "\x00\x00",
          "tab\tnew\nline", "'\"`\\", "ä€😀\x00😀", " lead", None]
-
-
-def q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 COLUMNS = (

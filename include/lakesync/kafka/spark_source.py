@@ -80,9 +80,6 @@ RANGES_SCHEMA = StructType([
     StructField("endOffset", LongType()),
 ])
 
-_RANGE_FIELDS: list[pa.Field] = [pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-                                 pa.field("startOffset", pa.int64()), pa.field("endOffset", pa.int64())]
-_RANGE_ARROW = pa.schema(_RANGE_FIELDS)
 
 #: Messages per Arrow record batch handed to Spark.
 _ARROW_BATCH_ROWS = 8192
@@ -113,12 +110,13 @@ class KafkaInputPartition(InputPartition):
     end: int
 
 
-@lru_cache(maxsize=1)
-def arrow_schema() -> pa.Schema:
-    """The Arrow schema Spark expects back from ``read`` (it compares nullability and time zone too)."""
+@lru_cache(maxsize=2)
+def arrow_schema(output: str = "records") -> pa.Schema:
+    """The Arrow schema Spark expects back from ``read`` for ``output`` (it compares nullability and time zone
+    too): built from the Spark schema the source declares, so the two can't drift apart."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+    return to_arrow_schema(RANGES_SCHEMA if output == "ranges" else KAFKA_SCHEMA, timezone="UTC")
 
 
 def _record_batch(messages: Sequence) -> pa.RecordBatch:
@@ -149,7 +147,8 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
 def _range_batch(part: KafkaInputPartition) -> pa.RecordBatch:
     """``output=ranges``: the range itself as the task's one row."""
     return pa.RecordBatch.from_pydict({"topic": [part.topic], "partition": [part.partition],
-                                       "startOffset": [part.start], "endOffset": [part.end]}, schema=_RANGE_ARROW)
+                                       "startOffset": [part.start], "endOffset": [part.end]},
+                                      schema=arrow_schema("ranges"))
 
 
 def ranges_of(rows: Sequence) -> list[KafkaInputPartition]:

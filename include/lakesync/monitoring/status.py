@@ -17,8 +17,9 @@ Shape::
                  "full_load": {...} | null, "stream": {...} | null, "applied_position": "..." | null,
                  "delta": {...} | null, "last_validation": {...} | null, "lagging": false}]}
 
-``applied_position`` is :func:`lakesync.stream.progress.applied_position`: the newest source position the
-table holds, from the stream's progress, Delta and the tombstones (a delete counts).
+``applied_position`` is :func:`lakesync.stream.progress.applied_position` (the newest source position the
+table holds, from the stream's progress, Delta and the tombstones: a delete counts), computed from what the
+row reads anyway plus the tombstone table's log.
 
 ``semantics`` and ``key_columns`` come from the pipeline file, else from the last validation run (which
 read them from the source); ``null`` means not known yet.
@@ -37,7 +38,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
-from lakesync.stream.progress import StreamProgress, TableProgress, applied_position
+from lakesync.stream.progress import StreamProgress, TableProgress, applied_from, delta_max_position
 from lakesync.validation.store import last_results
 
 
@@ -86,6 +87,8 @@ def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any
 
 def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0) -> dict[str, Any]:
     """The pipeline's state per table (see the module docstring for the shape)."""
+    from lakesync.sink.tombstones import tombstone_uri  # the sink package loads the whole Delta writer
+
     now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
     load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
     stream = StreamProgress.load(pipeline.pipeline_state_dir)
@@ -102,6 +105,8 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
         loaded = load.tables.get(name)
         progress = stream.tables.get(name)
         stream_entry = _stream_entry(progress, now_ms) if progress else None
+        uri = pipeline.delta.table_uri(name)
+        delta = delta_summary(uri, storage)
         lag = stream_entry["lag_seconds"] if stream_entry else None
         tables.append({
             "table": name,
@@ -113,8 +118,9 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
                 "finished_at": load.finished_at if loaded.status == "done" else None,
             },
             "stream": stream_entry,
-            "applied_position": applied_position(pipeline, name),
-            "delta": delta_summary(pipeline.delta.table_uri(name), storage),
+            "applied_position": applied_from(progress, delta["max_position"] if delta else None,
+                                             delta_max_position(tombstone_uri(uri), storage)),
+            "delta": delta,
             "last_validation": None if validation is None else {
                 key: validation[key] for key in ("run_id", "finished_at", "status", "source_rows", "delta_rows",
                                                  "mismatched_keys", "in_flight_keys", "stream_behind", "note")

@@ -115,8 +115,13 @@ def applied_position(pipeline: Pipeline, table: str) -> str | None:
 
     progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
     uri, storage = pipeline.delta.table_uri(table), pipeline.delta.storage_options or None
-    found = [progress.applied_position if progress else None, delta_max_position(uri, storage),
-             delta_max_position(tombstone_uri(uri), storage)]
+    return applied_from(progress, delta_max_position(uri, storage), delta_max_position(tombstone_uri(uri), storage))
+
+
+def applied_from(progress: TableProgress | None, table_max: str | None, tombstones_max: str | None) -> str | None:
+    """:func:`applied_position` from what a caller has read already: the table's progress entry, the largest
+    position in its Delta table and in its tombstone table (a delete leaves its position only there)."""
+    found = (progress.applied_position if progress else None, table_max, tombstones_max)
     return max((key for key in found if key is not None), default=None)
 
 
