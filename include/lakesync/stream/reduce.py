@@ -25,7 +25,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,9 +42,8 @@ CHUNK_ROWS = 50_000
 #: The Kafka columns the work needs (what the driver gets of records only it can decode).
 INPUT_COLUMNS = ("topic", "value", "headers")
 
-_CHUNK_FIELDS: list[tuple[str, pa.DataType]] = [("kind", pa.string()), ("table", pa.string()),
-                                                ("changes", pa.int64()), ("data", pa.binary())]
-_CHUNK_SCHEMA = pa.schema(_CHUNK_FIELDS)  # what each executor task sends the driver, per chunk of rows
+#: What each executor task sends the driver, per chunk: (kind, table or topic, changes it stands for, data).
+Chunk = tuple[str, str, int, bytes]
 
 
 @dataclass(frozen=True)
@@ -65,12 +63,9 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _output(kind: str, table: str, changes: int, data: pa.Table) -> Iterator[pa.RecordBatch]:
+def _output(kind: str, table: str, changes: int, data: pa.Table) -> Iterator[Chunk]:
     for start in range(0, max(data.num_rows, 1), CHUNK_ROWS):
-        yield pa.RecordBatch.from_pydict({
-            "kind": [kind], "table": [table], "changes": [changes if start == 0 else 0],
-            "data": [_ipc(data.slice(start, CHUNK_ROWS))],
-        }, schema=_CHUNK_SCHEMA)
+        yield kind, table, changes if start == 0 else 0, _ipc(data.slice(start, CHUNK_ROWS))
 
 
 class _Reducer:
@@ -101,16 +96,16 @@ class _Reducer:
 
 def _note_newest(records: pa.Table, watch_topics: frozenset[str], newest: dict[str, str]) -> None:
     """Keep, per watched topic, the newest ``lakesync.pos`` header of the records (a run of one topic)."""
-    if not records.num_rows or records.column("topic")[0].as_py() not in watch_topics:
+    topic = records.column("topic")[0].as_py() if records.num_rows else None
+    if topic not in watch_topics:
         return
     positions = header_column(records.column("headers").combine_chunks(), H_POS).cast(pa.string())
     top = pc.max(positions).as_py()
-    topic = records.column("topic")[0].as_py()
     if top is not None and top > newest.get(topic, ""):
         newest[topic] = top
 
 
-def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
     """One task's work: Kafka record batches (each of one topic-partition) in, reduced change chunks out."""
     reducers: dict[str, _Reducer] = {}
     newest: dict[str, str] = {}
@@ -136,18 +131,16 @@ def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Ite
         if reduced is not None:
             yield from _output(_ROWS, table, reducer.changes, reduced)
     for topic, key in newest.items():
-        yield pa.RecordBatch.from_pydict({"kind": [_NEWEST], "table": [topic], "changes": [0],
-                                          "data": [key.encode()]}, schema=_CHUNK_SCHEMA)
+        yield _NEWEST, topic, 0, key.encode()
 
 
 def read_and_reduce(plan: ReducePlan, source: KafkaSourceOptions, ranges: Iterable[KafkaInputPartition]
-                    ) -> Iterator[tuple[Any, ...]]:
+                    ) -> Iterator[Chunk]:
     """One Spark task: read its offset ranges from Kafka and reduce them (:func:`reduce_partition`), in this
-    Python process; the chunks go back as ``(kind, table, changes, data)`` tuples."""
+    Python process."""
     batches = chain.from_iterable(read_range(source.client, part, poll_timeout_s=source.poll_timeout_s)
                                   for part in ranges)
-    for chunk in reduce_partition(plan, batches):
-        yield from zip(*(chunk.column(name).to_pylist() for name in _CHUNK_SCHEMA.names), strict=True)
+    return reduce_partition(plan, batches)
 
 
 @dataclass
@@ -184,7 +177,7 @@ class ReducedBatch:
         self.raw = None
 
 
-def reduced_batch(chunks: Iterable[tuple[Any, ...]], plan: DecodePlan) -> ReducedBatch:
+def reduced_batch(chunks: Iterable[Chunk], plan: DecodePlan) -> ReducedBatch:
     """Put the tasks' ``(kind, table, changes, data)`` chunks back together on the driver."""
     parts: dict[str, list[pa.Table]] = {}
     counts: dict[str, int] = {}
