@@ -6,10 +6,12 @@ import json
 import os
 import time
 import uuid
+from itertools import pairwise
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import StreamingQueryException
 
 from lakesync.kafka.spark_source import SOURCE_NAME, register
 
@@ -198,6 +200,49 @@ def test_ranges_output_gives_each_planned_range_once_and_the_stream_resumes_afte
     again = [row.asDict() for batch in run_available_now(ranges, checkpoint) for row in batch]
     assert sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in again) == \
         [(0, 50, 51), (0, 51, 52), (1, 50, 51), (1, 51, 52)]
+
+
+def test_ranges_output_honours_max_offsets_per_trigger(kafka_spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, range(100))
+    ranges = stream(kafka_spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", output="ranges",
+                    maxOffsetsPerTrigger="30")
+    batches = run_available_now(ranges, str(tmp_path / "checkpoint"))
+    sizes = [sum(r["endOffset"] - r["startOffset"] for r in batch) for batch in batches]
+    assert len(batches) == 4 and max(sizes) <= 30 and sum(sizes) == 100
+    covered = sorted((r["partition"], r["startOffset"], r["endOffset"]) for batch in batches for r in batch)
+    for partition in (0, 1):  # consecutive, no gap, no overlap
+        spans = [(start, end) for p, start, end in covered if p == partition]
+        assert spans[0][0] == 0 and spans[-1][1] == 50
+        assert all(a[1] == b[0] for a, b in pairwise(spans))
+
+
+def test_ranges_output_replays_a_failed_batch_with_the_same_ranges_after_a_restart(kafka_spark, broker, tmp_path):
+    """The batch whose foreachBatch failed is in Spark's offset log but not committed: a new query on the
+    checkpoint (a new planner, nothing cached) must hand out exactly the same ranges again."""
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, range(60))
+    checkpoint = str(tmp_path / "checkpoint")
+    ranges = stream(kafka_spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", output="ranges",
+                    maxOffsetsPerTrigger="40")
+    failed: list[list] = []
+
+    def fail_once(batch, _id):
+        failed.append(sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in batch.collect()))
+        raise RuntimeError("the sink failed")
+
+    query = (ranges.writeStream.foreachBatch(fail_once).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        query.awaitTermination(120)
+    assert len(failed) == 1
+    produce(broker.bootstrap, topic, range(60, 70))  # new messages must not widen the replayed batch
+
+    batches = [sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in batch)
+               for batch in run_available_now(ranges, checkpoint)]
+
+    assert batches[0] == failed[0]
+    assert sum(end - start for batch in batches for _, start, end in batch) == 70
 
 
 @pytest.mark.slow

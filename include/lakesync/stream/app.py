@@ -28,6 +28,7 @@ from lakesync.core import errors
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
+from lakesync.core.memory import release_free_memory
 from lakesync.core.state_files import write_text_atomically
 from lakesync.core.table_layout import POS, table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
@@ -191,6 +192,8 @@ class BatchApplier:
         log.info("batch %d: %d changes read, decoded and reduced to %d rows on the executors in %.2f s; "
                  "applied on the driver in %.2f s", batch_id, sum(t.changes for t in batch.tables.values()),
                  sum(t.rows.num_rows for t in batch.tables.values()), decoded - started, time.monotonic() - decoded)
+        del batch
+        release_free_memory()  # the executors read the next batch meanwhile: don't hold this MERGE's peak
         self.summary.batches += 1
         self.progress.save(self.pipeline.pipeline_state_dir)
         self.monitor.batch(batch_id, self.progress, time.monotonic() - started)

@@ -29,6 +29,7 @@ from itertools import chain
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakesync.core.memory import release_free_memory
 from lakesync.events.envelope import H_POS, SchemaChangeEvent
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.kafka.spark_source import KafkaInputPartition, ranges_of, read_range
@@ -140,7 +141,8 @@ def read_and_reduce(plan: ReducePlan, source: KafkaSourceOptions, ranges: Iterab
     Python process."""
     batches = chain.from_iterable(read_range(source.client, part, poll_timeout_s=source.poll_timeout_s)
                                   for part in ranges)
-    return reduce_partition(plan, batches)
+    yield from reduce_partition(plan, batches)
+    release_free_memory()  # the worker idles while the driver MERGEs: don't hold the task's peak meanwhile
 
 
 @dataclass
