@@ -52,6 +52,15 @@ def stream(spark, bootstrap: str, **options: str):
     return reader.load()
 
 
+def assert_cover_exactly(spans: list[tuple[int, int, int]], ends: dict[int, int]) -> None:
+    """``(partition, start, end)`` ranges cover each partition's offsets ``[0, ends[p])`` consecutively: no gap,
+    no overlap."""
+    for partition, end in ends.items():
+        mine = sorted((start, stop) for p, start, stop in spans if p == partition)
+        assert mine[0][0] == 0 and mine[-1][1] == end
+        assert all(a[1] == b[0] for a, b in pairwise(mine))
+
+
 def run_available_now(df, checkpoint: str) -> list[list]:
     """Run the query to the data present at its start; returns each micro-batch's rows."""
     batches: list[list] = []
@@ -184,6 +193,17 @@ def test_batch_read_honours_starting_and_ending_offsets(kafka_spark, broker):
         backwards.load().collect()
 
 
+def test_batch_read_with_ranges_output_gives_the_planned_ranges(kafka_spark, broker):
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, range(100))  # 50 per partition
+    df = (kafka_spark.read.format(SOURCE_NAME).option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("subscribe", topic).option("output", "ranges")
+          .option("startingOffsets", f'{{"{topic}": {{"0": 10, "1": -2}}}}').load())
+    assert df.schema.simpleString() == \
+        "struct<topic:string,partition:int,startOffset:bigint,endOffset:bigint>"
+    assert sorted(tuple(row) for row in df.collect()) == [(topic, 0, 10, 50), (topic, 1, 0, 50)]
+
+
 def test_ranges_output_gives_each_planned_range_once_and_the_stream_resumes_after_them(kafka_spark, broker,
                                                                                       tmp_path):
     topic = create_topic(broker.bootstrap)
@@ -210,11 +230,8 @@ def test_ranges_output_honours_max_offsets_per_trigger(kafka_spark, broker, tmp_
     batches = run_available_now(ranges, str(tmp_path / "checkpoint"))
     sizes = [sum(r["endOffset"] - r["startOffset"] for r in batch) for batch in batches]
     assert len(batches) == 4 and max(sizes) <= 30 and sum(sizes) == 100
-    covered = sorted((r["partition"], r["startOffset"], r["endOffset"]) for batch in batches for r in batch)
-    for partition in (0, 1):  # consecutive, no gap, no overlap
-        spans = [(start, end) for p, start, end in covered if p == partition]
-        assert spans[0][0] == 0 and spans[-1][1] == 50
-        assert all(a[1] == b[0] for a, b in pairwise(spans))
+    assert_cover_exactly([(r["partition"], r["startOffset"], r["endOffset"]) for batch in batches for r in batch],
+                         {0: 50, 1: 50})
 
 
 def test_ranges_output_replays_a_failed_batch_with_the_same_ranges_after_a_restart(kafka_spark, broker, tmp_path):
@@ -241,8 +258,9 @@ def test_ranges_output_replays_a_failed_batch_with_the_same_ranges_after_a_resta
     batches = [sorted((r["partition"], r["startOffset"], r["endOffset"]) for r in batch)
                for batch in run_available_now(ranges, checkpoint)]
 
+    assert failed[0] == [(0, 0, 20), (1, 0, 20)]  # 40 of the 60 messages, shared by the partitions' lag
     assert batches[0] == failed[0]
-    assert sum(end - start for batch in batches for _, start, end in batch) == 70
+    assert_cover_exactly([span for batch in batches for span in batch], {0: 35, 1: 35})
 
 
 @pytest.mark.slow

@@ -32,7 +32,6 @@ def release_free_memory() -> None:
     heap costs tens of milliseconds per batch.
     """
     pa.default_memory_pool().release_unused()
-    libc = _libc()
-    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)

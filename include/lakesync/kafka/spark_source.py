@@ -154,11 +154,16 @@ def _record_batch(messages: Sequence) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def _range_row(part: KafkaInputPartition) -> tuple[str, int, int, int]:
+    """``output=ranges``: the range as one row, in :data:`RANGES_SCHEMA`'s column order."""
+    return part.topic, part.partition, part.start, part.end
+
+
 def _range_batch(part: KafkaInputPartition) -> pa.RecordBatch:
     """``output=ranges``: the range itself as the task's one row."""
-    return pa.RecordBatch.from_pydict({"topic": [part.topic], "partition": [part.partition],
-                                       "startOffset": [part.start], "endOffset": [part.end]},
-                                      schema=arrow_schema("ranges"))
+    schema = arrow_schema("ranges")
+    return pa.RecordBatch.from_arrays([pa.array([value], column.type) for value, column in
+                                       zip(_range_row(part), schema, strict=True)], schema=schema)
 
 
 def ranges_of(rows: Sequence) -> list[KafkaInputPartition]:
@@ -430,8 +435,7 @@ class KafkaRangesStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
 
     def readBetweenOffsets(self, start: OffsetJson, end: OffsetJson) -> Iterator[tuple]:
         # a list's iterator: PySpark copies it to hand the same rows out again
-        return iter([(part.topic, part.partition, part.start, part.end)
-                     for part in self._planning.ranges(start, end)])
+        return iter([_range_row(part) for part in self._planning.ranges(start, end)])
 
     def commit(self, end: OffsetJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
