@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install what lakesync needs on a Debian/Ubuntu machine, idempotently: the MariaDB server and client,
-# the MariaDB JDBC driver (for the Spark JDBC baseline), a Java runtime for Spark, Chromium (UI test),
-# then a virtualenv at .venv with the project installed. Re-running it does only what is missing.
+# the MariaDB JDBC driver (for the Spark JDBC baseline), a Java runtime (Spark, the Kafka broker), Chromium
+# (UI test), then a virtualenv at .venv with the project installed, and the pinned JVM jars (delta-spark,
+# Spark's Kafka connector, Apache Kafka, Debezium) from Maven Central into the jar cache
+# ($LAKESYNC_JARS_DIR, default ~/.cache/lakesync/jars). Re-running it does only what is missing; once the
+# jars are cached everything runs offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,3 +43,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devkit/pyproject.to
   .venv/bin/python -m pip install -q -e ".[test]" -e ./devkit
   touch "$stamp"
 fi
+# The JVM jars, checked against their pinned SHA-256 (retried on network errors; present ones are kept).
+.venv/bin/lakesync jars fetch

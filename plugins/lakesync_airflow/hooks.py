@@ -70,13 +70,13 @@ class LakesyncHook(BaseHook):
         The stream has caught up with a table once it applied that position (or a newer one)."""
         from confluent_kafka import TopicPartition
 
-        from lakesync.kafka.offsets import list_partitions, offset_consumer, true_end_offsets
+        from lakesync.kafka.offsets import end_offsets, list_partitions, offset_consumer
 
         topics = {self.pipeline.topic(table): table for table in tables}
         consumer = offset_consumer(self.kafka_config())
         found: dict[str, str] = {}
         try:
-            ends = true_end_offsets(consumer, list_partitions(consumer, topics=list(topics)))
+            ends = end_offsets(consumer, list_partitions(consumer, topics=list(topics)))
             for (topic, partition), end in ends.items():
                 if end <= 0:
                     continue

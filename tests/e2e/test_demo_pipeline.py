@@ -57,3 +57,28 @@ def test_the_main_job_through_airflow_dags_ends_with_delta_equal_to_the_source(d
     dag_steps = [detail for _, _, detail in report.steps if detail.startswith("DAG ")]
     assert len(dag_steps) == 2 and all("tasks succeeded" in detail for detail in dag_steps)
     _assert_keyed_tables_identical(report, demo_env)
+
+
+def test_after_the_demo_dev_down_and_up_keep_the_change_log_and_the_stream_goes_on_without_a_reload(demo_env, spark):
+    """Apache Kafka keeps its logs in the state folder: after `lakesync dev down` / `up`, the relay resumes
+    from its committed progress and the stream from its checkpoint, with no full load."""
+    from lakesync_devkit.demo.load import run_load
+
+    from lakesync.relay import Relay
+    from lakesync.stream.app import run_stream
+
+    run_demo(str(demo_env.state_dir), rate=100, seconds=2, airflow=False, console=Console(quiet=True))
+    pipeline = load_pipeline(DEMO_PIPELINE)
+    load_state = (pipeline.pipeline_state_dir / "full_load.json").read_text()
+    demo_env.down()
+    demo_env.up()
+    with demo_env.mariadb.connect(autocommit=False) as conn:
+        burst = run_load(conn, demo_env.settings.demo_database, rate=100, seconds=2)
+    stats = Relay(pipeline, heartbeat_seconds=0.3).run(stop_when_idle_seconds=1.5)
+    assert stats.start_origin.startswith("stored progress"), stats.start_origin
+    applied = run_stream(pipeline, once=True, spark=spark)
+    assert applied.changes >= burst.transactions, (applied, burst.summary())
+    assert (pipeline.pipeline_state_dir / "full_load.json").read_text() == load_state, "no table was re-loaded"
+    with demo_env.mariadb.connect() as conn:
+        assert_tables_match(conn, demo_env.settings.demo_database,
+                            {table: pipeline.delta.table_uri(table) for table in sorted(KEYED_TABLES)})

@@ -1,5 +1,5 @@
-"""The broker loses its data (the embedded broker keeps it in memory): the stream refuses to resume and says
-to re-run the full load; the documented recovery brings Delta back to the source."""
+"""The broker loses its data (its log directories wiped: a new cluster, a lost disk): the stream refuses to
+resume and says to re-run the full load; the documented recovery brings Delta back to the source."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import json
 import shutil
 
 import pytest
-from lakesync_devkit.dev.broker import Broker
-from lakesync_devkit.dev.processes import free_port
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID
 
 from lakesync.core.errors import GapError
@@ -19,15 +17,6 @@ from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, kill_gr
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture
-def own_broker(tmp_path_factory):
-    """A broker of this test's own (the session's broker must keep its data)."""
-    broker = Broker(home=tmp_path_factory.mktemp("lossy-broker"), port=free_port())
-    broker.start()
-    yield broker
-    broker.stop()
-
-
 def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack, mariadb, fresh_database,
                                                                           own_broker, tmp_path, monkeypatch, spark):
     env = {**stack.connection_env(), f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps(
@@ -35,7 +24,7 @@ def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     rng = seeded_random("broker loss")
-    outcome = FaultOutcome("broker_loss", "tansu broker")
+    outcome = FaultOutcome("broker_loss", "Apache Kafka broker")
     kit = FaultPipeline(tmp_path, mariadb, fresh_database, env)
     kit.create_demo_data()
     FullLoad(kit.pipeline).run()
@@ -46,9 +35,10 @@ def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack
         kit.wait_relay_caught_up()
         run_stream(kit.pipeline, once=True, spark=spark)
 
-        # the broker restarts empty; the relay, restarted by its supervisor, republishes from the full load
+        # the broker comes back empty; the relay, restarted by its supervisor, republishes from the full load
         kill_group(relay)
-        own_broker.stop()
+        own_broker.kill()
+        shutil.rmtree(own_broker.home / "data")
         own_broker.start()
         outcome.kills += 1
         kit.relay()

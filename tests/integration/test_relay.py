@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, parse_pipeline
@@ -19,6 +18,7 @@ from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import ChangeEvent, decode, decode_schema_change
 from lakesync.relay import Relay, covered_range
 from lakesync.source.server_checks import current_position
+from tests.kafkakit import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -45,28 +45,8 @@ def make_pipeline(stack, monkeypatch, tmp_path) -> MakePipeline:
     return make
 
 
-def read_topic(bootstrap: str, topic: str, *, settle: float = 1.0, timeout: float = 15.0) -> list[Any]:
-    """Every record of a one-partition topic (the embedded broker's high watermark is unreliable: read
-    until nothing more arrives)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay-tests", "enable.auto.commit": "false"})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    records, deadline = [], time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(settle)
-            if message is None:
-                if records:
-                    break
-                continue
-            if not message.error():
-                records.append(message)
-    finally:
-        consumer.close()
-    return records
-
-
 def changes(bootstrap: str, topic: str) -> list[ChangeEvent]:
-    return [decode(m.value(), m.headers(), key=m.key()) for m in read_topic(bootstrap, topic)]
+    return [decode(m.value(), m.headers(), key=m.key()) for m in read_records(bootstrap, topic)]
 
 
 @pytest.fixture
@@ -116,7 +96,7 @@ def test_add_column_mid_stream_keeps_decoding_with_the_columns_of_each_row(db, b
     events = changes(broker.bootstrap, pipeline.topic("t"))
     assert [e.after for e in events] == [{"id": 1, "a": "before"}, {"id": 2, "b": 8, "a": "after"}]
 
-    schema_records = read_topic(broker.bootstrap, pipeline.topic("_schema"))
+    schema_records = read_records(broker.bootstrap, pipeline.topic("_schema"))
     alters = [decode_schema_change(m.value(), m.headers()) for m in schema_records]
     assert [(s.kind, s.table, s.changes) for s in alters] == [
         ("alter_table", "t", [{"change": "add", "column": "b", "type": "INT", "not_null": True,
@@ -136,7 +116,7 @@ def test_ddl_the_relay_cannot_understand_is_published_as_unknown_and_the_relay_g
     _run(db, pipeline, start)
     assert [e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))] == [1, 2]
     (unknown,) = [decode_schema_change(m.value(), m.headers())
-                  for m in read_topic(broker.bootstrap, pipeline.topic("_schema"))]
+                  for m in read_records(broker.bootstrap, pipeline.topic("_schema"))]
     assert (unknown.kind, unknown.table) == ("unknown", "t")
     assert unknown.changes[0]["change"] == "unknown" and unknown.changes[0]["reason"]
 
@@ -161,7 +141,7 @@ def test_table_without_a_key_uses_the_row_as_key(db, broker, fresh_database, mak
         cur.execute("INSERT INTO log VALUES ('hello', 1)")
     pipeline = make_pipeline(fresh_database)
     _run(db, pipeline, start)
-    (record,) = read_topic(broker.bootstrap, pipeline.topic("log"))
+    (record,) = read_records(broker.bootstrap, pipeline.topic("log"))
     assert json.loads(record.key()) == {"msg": "hello", "n": 1}
     assert dict(record.headers())["lakesync.key"] == b"row"
 
@@ -239,7 +219,7 @@ def test_a_partial_row_image_written_by_one_session_is_refused(db, fresh_databas
 def test_relay_throttles_while_the_stream_lags_past_the_bound_and_loses_nothing_when_released(
         db, broker, fresh_database, make_pipeline, tmp_path):
     from lakesync.core.connections import kafka_client_config
-    from lakesync.kafka.offsets import offset_consumer, true_end_offset
+    from lakesync.kafka.offsets import end_offsets, offset_consumer
     from lakesync.relay.backpressure import load_state
     from lakesync.stream.app import checkpoint_dir
     from tests.unit.test_backpressure import write_batch
@@ -266,11 +246,16 @@ def test_relay_throttles_while_the_stream_lags_past_the_bound_and_loses_nothing_
         while not (load_state(pipeline.pipeline_state_dir) or {}).get("throttling"):
             assert time.monotonic() < deadline, "the relay never throttled"
             time.sleep(0.1)
-        time.sleep(1.0)  # throttled: the backlog stays at the bound plus the one transaction that crossed it
-        assert true_end_offset(consumer, topic, 0) == bound + 1
+        # throttled: the backlog stops growing just past the bound (in offsets, which count the Kafka
+        # transactions' commit markers too), with most of the 30 source transactions still unread
+        throttled_end = end_offsets(consumer, [(topic, 0)])[(topic, 0)]
+        time.sleep(1.0)
+        assert end_offsets(consumer, [(topic, 0)])[(topic, 0)] == throttled_end
+        assert bound < throttled_end <= bound + 2
+        assert len(changes(broker.bootstrap, topic)) <= bound
         batch = 1
         while runner.is_alive() and time.monotonic() < deadline + 30:  # the stream catches up, batch by batch
-            write_batch(checkpoint, batch, {topic: {"0": true_end_offset(consumer, topic, 0)}})
+            write_batch(checkpoint, batch, {topic: {"0": end_offsets(consumer, [(topic, 0)])[(topic, 0)]}})
             batch += 1
             time.sleep(0.2)
     finally:
@@ -281,3 +266,25 @@ def test_relay_throttles_while_the_stream_lags_past_the_bound_and_loses_nothing_
     assert load_state(pipeline.pipeline_state_dir)["throttling"] is False
     ids = [e.after["id"] for e in changes(broker.bootstrap, topic)]
     assert ids == list(range(1, 31))  # all of them, in order, none twice
+
+
+def test_a_source_transaction_longer_than_the_kafka_transaction_timeout_is_committed_in_parts(
+        db, broker, fresh_database, make_pipeline, caplog):
+    """The broker aborts a Kafka transaction open longer than transaction.timeout.ms (the embedded broker looks
+    every second); a relay that only committed at source transaction ends would abort and retry forever."""
+    rows = 150_000
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v INT)")
+        start = current_position(db)
+        cur.execute(f"INSERT INTO big SELECT seq, seq FROM seq_1_to_{rows}")  # one source transaction
+    base = make_pipeline(fresh_database)
+    pipeline = base.model_copy(update={"kafka": base.kafka.model_copy(
+        update={"settings": {"transaction.timeout.ms": "2000"}})})
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="lakesync.relay.worker"):
+        stats = _run(db, pipeline, start)
+    assert stats.events == rows
+    assert time.monotonic() - started > 2.0, "the transaction must outlast transaction.timeout.ms for this test"
+    assert any("committing it in parts" in r.getMessage() for r in caplog.records)
+    positions = [dict(r.headers())["lakesync.pos"] for r in read_records(broker.bootstrap, pipeline.topic("big"))]
+    assert len(positions) == rows and len(set(positions)) == rows, "every change once, none twice"

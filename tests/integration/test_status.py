@@ -17,6 +17,7 @@ from lakesync.full_load.state import LoadState
 from lakesync.monitoring.status import pipeline_status
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
+from lakesync.relay.topics import TopicManager
 from lakesync.stream.progress import StreamProgress
 
 pytestmark = pytest.mark.integration
@@ -83,7 +84,7 @@ def test_status_shows_the_relay_position_from_its_offsets_topic(pipeline):
     assert pipeline_status(pipeline)["relay"]["position"] is None  # never ran
     store = ProgressStore.for_pipeline(pipeline)
     publisher = Publisher({"bootstrap.servers": pipeline.kafka.bootstrap_servers})
-    store.ensure_topic(publisher)
+    store.ensure_topic(TopicManager({"bootstrap.servers": pipeline.kafka.bootstrap_servers}))
     store.save(RelayProgress(SourcePosition("binlog.000002", 9000), LOAD_POS, int(time.time() * 1000)), publisher)
     relay = pipeline_status(pipeline)["relay"]
     assert relay["position"] == SourcePosition("binlog.000002", 9000).key()

@@ -9,6 +9,7 @@ replayed older insert cannot bring a deleted row back.
 from __future__ import annotations
 
 import random
+import shutil
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from deltalake import DeltaTable
 from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
 from lakesync_devkit.demo.load import DemoWorkload, LoadReport
@@ -33,6 +34,7 @@ from lakesync.stream.app import checkpoint_dir, run_stream
 from lakesync.stream.progress import StreamProgress
 from lakesync.validation.validate import validate_pipeline
 from tests.deltakit import delta_rows
+from tests.kafkakit import read_records
 from tests.oracle import assert_tables_match, compare_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -192,8 +194,9 @@ def test_stream_starting_before_the_full_load_position_changes_nothing(env, mari
     # Start the stream at the first offset of each topic, so it reads every change since before_p, not
     # only those from P on (where the handoff would start it).
     handoff_offsets = stream_app.starting_offsets
-    monkeypatch.setattr(stream_app, "starting_offsets", lambda consumer, keys: {
-        topic: {partition: 0 for partition in offsets} for topic, offsets in handoff_offsets(consumer, keys).items()})
+    monkeypatch.setattr(stream_app, "starting_offsets", lambda consumer, keys, pipeline_name: {
+        topic: {partition: 0 for partition in offsets}
+        for topic, offsets in handoff_offsets(consumer, keys, pipeline_name).items()})
     summary = run_stream(pipeline, once=True, spark=spark)
 
     assert summary.changes == 8, "the stream should have read the eight changes made before P"
@@ -255,25 +258,6 @@ def test_batch_replayed_after_a_crash_between_delta_commit_and_checkpoint_is_not
         "a skipped replay is not counted as applied"
 
 
-def topic_records(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of a one-partition topic (read until nothing more arrives: the embedded broker's high
-    watermark is unreliable)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "stream-tests", "enable.auto.commit": "false"})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    records: list[Any] = []
-    deadline = time.monotonic() + 15
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None and records:
-                break
-            if message is not None and not message.error():
-                records.append(message)
-    finally:
-        consumer.close()
-    return records
-
-
 def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafka(
         env, mariadb, broker, items, fresh_database, tmp_path, spark):
     pipeline = write_pipeline(tmp_path, fresh_database)
@@ -287,7 +271,7 @@ def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafk
     run_stream(pipeline, once=True, spark=spark)
 
     topic = pipeline.topic("items")
-    insert = next(m for m in topic_records(broker.bootstrap, topic) if dict(m.headers())["lakesync.op"] == b"c")
+    insert = next(m for m in read_records(broker.bootstrap, topic) if dict(m.headers())["lakesync.op"] == b"c")
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     producer.produce(topic, key=insert.key(), value=insert.value(), headers=insert.headers())
     assert producer.flush(10) == 0
@@ -295,4 +279,38 @@ def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafk
 
     assert replayed.changes == 1, "the stream should have read the replayed insert"
     assert 40 not in {row["id"] for row in delta_rows(pipeline.delta.table_uri("items"))}
+    assert_equal(mariadb, pipeline, "items", ["id"])
+
+
+def test_changes_deleted_from_kafka_before_the_stream_read_them_stop_it_naming_table_range_and_command(
+        env, mariadb, broker, items, fresh_database, tmp_path, spark):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    pipeline = write_pipeline(tmp_path, fresh_database)
+    FullLoad(pipeline=pipeline).run()
+    execute(items, "INSERT INTO items VALUES (50, 'first', 1.00)")
+    relay_until_idle(pipeline)
+    run_stream(pipeline, once=True, spark=spark)
+    execute(items, "INSERT INTO items VALUES (51, 'never streamed', 2.00)", "UPDATE items SET amount = 3 WHERE id = 50")
+    relay_until_idle(pipeline)
+    topic = pipeline.topic("items")
+    end = len(read_records(broker.bootstrap, topic, isolation="read_uncommitted")) + 10  # past every marker too
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    deleted_to = admin.delete_records([TopicPartition(topic, 0, -1)])[TopicPartition(topic, 0, -1)].result(30)
+    assert 0 < deleted_to.low_watermark <= end
+    version = DeltaTable(pipeline.delta.table_uri("items")).version()
+
+    with pytest.raises(GapError) as refused:
+        run_stream(pipeline, once=True, spark=spark)
+    message = str(refused.value)
+    assert "were deleted from Kafka" in message and f"items ({topic}/0 offsets " in message, message
+    assert f"-{deleted_to.low_watermark - 1})" in message, message
+    assert f"lakesync snapshot --pipeline {pipeline.name} --restart" in message, message
+    assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "nothing may be written"
+
+    # the command it gives, then the stream afresh: Delta equals the source (the oracle's verdict)
+    FullLoad(pipeline=pipeline, restart=True).run()
+    shutil.rmtree(checkpoint_dir(pipeline))
+    run_stream(pipeline, once=True, spark=spark)
     assert_equal(mariadb, pipeline, "items", ["id"])

@@ -302,6 +302,16 @@ def test_kafka_is_a_single_kraft_node_without_zookeeper(services: dict[str, dict
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:{controller_port}"
 
 
+def test_kafka_image_is_the_apache_kafka_version_the_embedded_stack_pins(services: dict[str, dict]) -> None:
+    from lakesync.jvm.artifacts import jar_set
+
+    pinned = {c.version for c in jar_set("kafka").roots if c.group == "org.apache.kafka" and c.artifact == "kafka_2.13"}
+    image, _, tag = services["kafka"]["image"].partition(":")
+    assert image == "apache/kafka" and {tag} == pinned, (services["kafka"]["image"], pinned)
+    env = _env(services["kafka"])
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1" == env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"]
+
+
 def test_relay_runs_the_team_pipeline_and_restarts(services: dict[str, dict]) -> None:
     relay = services["lakesync-relay"]
     assert relay["entrypoint"] + relay["command"] == ["lakesync", "relay", "--pipeline", "team"]

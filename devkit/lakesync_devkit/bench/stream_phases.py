@@ -76,7 +76,7 @@ def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
     from functools import partial
 
     from lakesync.kafka.config import KafkaSourceOptions
-    from lakesync.kafka.offsets import earliest_offsets, list_partitions, offset_consumer, true_end_offsets
+    from lakesync.kafka.offsets import earliest_offsets, end_offsets, list_partitions, offset_consumer
     from lakesync.kafka.spark_source import KafkaInputPartition, split_ranges
     from lakesync.stream.app import BatchApplier, source_options, streamed_tables
     from lakesync.stream.reduce import read_and_reduce
@@ -86,7 +86,7 @@ def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
     consumer = offset_consumer(source.client)
     try:
         tps = list_partitions(consumer, topics=[t.topic for t in tables])
-        starts, ends = earliest_offsets(consumer, tps), true_end_offsets(consumer, tps)
+        starts, ends = earliest_offsets(consumer, tps), end_offsets(consumer, tps)
     finally:
         consumer.close()
     cores = spark.sparkContext.defaultParallelism
@@ -114,7 +114,7 @@ def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_second
     """The relay with a lag bound: first with the stream stopped (after one applied batch, so its lag is
     known), sampling the backlog; then with the stream running until everything is applied."""
     from lakesync.core.connections import kafka_client_config
-    from lakesync.kafka.offsets import offset_consumer, true_end_offsets
+    from lakesync.kafka.offsets import end_offsets, offset_consumer
     from lakesync.relay import Relay
     from lakesync.stream.app import checkpoint_dir, run_stream
     from lakesync.stream.lag import committed_offsets, records_behind
@@ -139,7 +139,7 @@ def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_second
         until = time.monotonic() + stopped_seconds
         while time.monotonic() < until and thread.is_alive():
             committed = committed_offsets(checkpoint_dir(pipeline)) or {}
-            largest = max(largest, records_behind(committed, true_end_offsets(consumer, list(committed))))
+            largest = max(largest, records_behind(committed, end_offsets(consumer, list(committed))))
             time.sleep(0.5)
     finally:
         consumer.close()

@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.add_argument("--purge", action="store_true", help="also delete the state folder")
     down.set_defaults(func=_down)
     actions.add_parser("status", help="show what runs where").set_defaults(func=_status)
+    lock = actions.add_parser("lock-jars", help="resolve the JVM jar sets' roots with Maven and rewrite "
+                              "lakesync/jvm/jars.toml (after changing a version)")
+    lock.add_argument("sets", nargs="*", metavar="SET", help="the sets to resolve (default: all)")
+    lock.set_defaults(func=_lock_jars)
 
 
 def _stack(args: argparse.Namespace, *, production: bool = False) -> DevStack:
@@ -92,6 +96,14 @@ def _status(args: argparse.Namespace) -> int:
         print(f"no embedded stack in {stack.state_dir} (start one with `lakesync dev up`)")
         return 1
     _print_status(stack)
+    return 0
+
+
+def _lock_jars(args: argparse.Namespace) -> int:
+    from lakesync_devkit.dev.jar_lock import lock_jars
+
+    for name, jar_set in lock_jars(args.sets or None).items():
+        print(f"{name}: {len(jar_set.jars)} jars, {jar_set.size / 1e6:.1f} MB")
     return 0
 
 

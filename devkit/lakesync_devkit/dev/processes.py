@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,12 +20,41 @@ from typing import ClassVar
 
 from lakesync.core.errors import StackError
 
+#: Where the stack's ports come from: below the kernel's ephemeral range (Linux: 32768-60999). A port in that
+#: range can be taken at any time by an outgoing connection, and a client reconnecting to a dead server on
+#: such a port can even connect to itself and hold it, so a server restarting on its old port fails at random.
+PORT_RANGE = (20000, 32000)
+_handed_out: set[int] = set()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    """A TCP port outside the kernel's ephemeral range that nobody listens on or holds right now.
+
+    Random within :data:`PORT_RANGE` (so concurrent stacks rarely race for one), minus any overlap with the
+    ephemeral range of this machine; the bind proves it is free now.
+    """
+    low, high = PORT_RANGE
+    eph_low, eph_high = ephemeral_range()
+    candidates = [port for port in range(low, high)
+                  if not eph_low <= port <= eph_high and port not in _handed_out]
+    for port in random.sample(candidates, k=min(len(candidates), 200)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)  # two servers set up together never get the same port
+        return port
+    raise StackError(f"no free TCP port on {host} in {low}-{high} outside the ephemeral range {eph_low}-{eph_high}")
 
 
 def port_is_open(host: str, port: int, timeout: float = 0.3) -> bool:

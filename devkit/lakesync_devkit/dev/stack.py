@@ -47,6 +47,8 @@ class StackSettings:
     demo_database: str = "bank"
     #: Port of the Airflow API server and UI (`airflow standalone` / `airflow api-server` with env.sh).
     airflow_port: int = 0
+    #: Port of the Kafka node's KRaft controller listener.
+    broker_controller_port: int = 0
 
     @classmethod
     def from_json(cls, document: dict[str, object]) -> StackSettings:
@@ -63,6 +65,7 @@ class StackSettings:
             root_password=secrets.token_urlsafe(18),
             lakesync_password=secrets.token_urlsafe(18),
             airflow_port=free_port(),
+            broker_controller_port=free_port(),
         )
 
 
@@ -93,6 +96,9 @@ class DevStack:
             if not self._settings.airflow_port:  # a stack made before the Airflow home existed
                 self._settings.airflow_port = free_port()
                 self._save(self._settings)
+            if not self._settings.broker_controller_port:  # a stack made before the broker was Apache Kafka
+                self._settings.broker_controller_port = free_port()
+                self._save(self._settings)
         return self._settings
 
     def _save(self, settings: StackSettings) -> None:
@@ -110,7 +116,8 @@ class DevStack:
 
     @property
     def broker(self) -> Broker:
-        return Broker(home=self.state_dir / "broker", port=self.settings.broker_port)
+        return Broker(home=self.state_dir / "broker", port=self.settings.broker_port,
+                      controller_port=self.settings.broker_controller_port)
 
     @property
     def airflow_home(self) -> Path:

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "lakesync.cli.status",
     "lakesync.cli.validate",
     "lakesync.cli.settle",
+    "lakesync.cli.jars",
 )
 
 #: The entry-point group other packages register commands in (name = command, value = module).

@@ -91,6 +91,16 @@ class Kafka(_Strict):
     settings: dict[str, str] = Field(
         default_factory=dict, description="Passed through to the client: security.protocol, sasl.*, ssl.*"
     )
+    transactions: bool = Field(
+        default=True,
+        description="The relay publishes changes and its progress in one Kafka transaction (exactly once); false "
+        "for clusters that refuse transactions (at-least-once, made exact by the sink's position rule).",
+    )
+    retention_hours: float | None = Field(
+        default=7 * 24, gt=0,
+        description="retention.ms of the table topics the relay creates (and aligns on start); null leaves it to "
+        "the broker. The stream must read a change before it is deleted: keep it above the longest outage.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_reach_the_broker(self) -> Kafka:
@@ -127,6 +137,28 @@ class Stream(_Strict):
         default=True,
         description="Re-load a table from the stream when a DDL can't be followed in place (the stream waits "
         "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
+    )
+
+
+class Relay(_Strict):
+    """How the relay groups its work into Kafka transactions and rides out outages (docs/configuration.md)."""
+
+    transaction_seconds: float = Field(
+        default=0.5, gt=0,
+        description="A Kafka transaction is committed at the first source transaction end after it has been open "
+        "this long: what read_committed readers see lags the binlog by about this much.",
+    )
+    transaction_max_changes: int = Field(
+        default=50_000, gt=0, description="... or after this many change events, whichever comes first.")
+    heartbeat_seconds: float = Field(
+        default=5.0, gt=0,
+        description="While no table changes, the relay writes its progress this often (a heartbeat), so a quiet, "
+        "caught-up pipeline is known to be caught up and a dead relay is noticed.",
+    )
+    give_up_after_seconds: float = Field(
+        default=900, gt=0,
+        description="After the source or the broker goes away, the relay reconnects with backoff for this long "
+        "before it stops with an error.",
     )
 
 
@@ -167,6 +199,7 @@ class Pipeline(_Strict):
     delta: Delta
     snapshot: Snapshot = Field(default_factory=Snapshot)
     stream: Stream = Field(default_factory=Stream)
+    relay: Relay = Field(default_factory=Relay)
     settlement: Settlement = Field(default_factory=Settlement)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     state_dir: str = Field(

@@ -66,6 +66,10 @@ class SourceError(LakesyncError):
     """The MySQL/MariaDB source refused us or is not set up the way lakesync needs."""
 
 
+class SourceUnavailableError(SourceError):
+    """The source server went away (refused, restarted, lost the connection): worth reconnecting to."""
+
+
 class BinlogPurgedError(SourceError):
     """The binlog position we need is no longer on the server."""
 
@@ -87,6 +91,15 @@ class BrokerError(LakesyncError):
     """The Kafka broker is unreachable or refused a request after retries."""
 
 
+class BrokerUnavailableError(BrokerError):
+    """The broker went away or aborted the relay's transaction: the relay can start over from its committed
+    progress once the broker answers again."""
+
+
+class RelayFencedError(BrokerError):
+    """Another relay with the same ``transactional.id`` took over; this one must stop."""
+
+
 class SinkError(LakesyncError):
     """Writing to the Delta table failed; nothing was committed."""
 
@@ -99,3 +112,7 @@ class ValidationMismatch(LakesyncError):
 
 class StackError(LakesyncError):
     """The embedded development stack could not start, stop or be found."""
+
+
+class JarFetchError(LakesyncError):
+    """A pinned JVM jar could not be downloaded, or what was downloaded is not the locked file."""

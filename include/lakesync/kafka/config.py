@@ -24,8 +24,9 @@ OUTPUTS = ("records", "ranges")
 #: Spark's conventions inside offset JSON: -2 is the earliest offset, -1 the latest.
 EARLIEST, LATEST = -2, -1
 
-#: Settings lakesync must own: offsets live in Spark's checkpoint, never in a consumer group.
-_FORCED = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+#: Settings lakesync must own: offsets live in Spark's checkpoint, never in a consumer group; and only what
+#: committed transactions hold is read (the relay publishes in transactions: aborted records are never changes).
+_FORCED = {"enable.auto.commit": "false", "enable.auto.offset.store": "false", "isolation.level": "read_committed"}
 _DEFAULT_GROUP_ID = "lakesync-kafka-source"
 #: Fragments of librdkafka property names whose values are secrets.
 _SECRET_MARKERS = ("password", "secret", "jaas", "key.pem", "oauthbearer.config", "token")

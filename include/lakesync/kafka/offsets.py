@@ -1,14 +1,9 @@
-"""Offset tools over a confluent-kafka consumer: partitions, true log ends, seeks by source position.
+"""Offset tools over a confluent-kafka consumer: partitions, log ends, seeks by source position.
 
-Used by the Spark source (planning micro-batches on the driver), by the stream app (finding the offsets
-that cover a snapshot position) and by the relay. Everything here works by ``assign`` and never joins a
-consumer group (group joins stall on the embedded broker), and each function that reads messages
-re-assigns the consumer it is given: pass a consumer made by :func:`offset_consumer` and used for
-nothing else.
-
-Why not just the high watermark: the embedded broker reports, in ListOffsets, the base offset of the last
-record batch plus one instead of the log end. A fetch answer carries the right high watermark, so
-:func:`true_end_offsets` reads forward from ``hw - 1``; on real Kafka that costs one small fetch.
+Used by the stream app (finding the offsets that cover a snapshot position), by the relay (its progress, the
+stream's lag) and by status. Each function that reads messages re-assigns the consumer it is given: pass a
+consumer made by :func:`offset_consumer` and used for nothing else. Every reader is ``read_committed``: what
+an open or aborted relay transaction holds is not there yet, and a log's end is its last stable offset.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from lakesync.core.errors import BrokerError, ConfigError
+from lakesync.core.errors import BrokerError, BrokerUnavailableError, ConfigError
 
 #: A partition, as ``(topic, partition)``.
 TP = tuple[str, int]
@@ -34,7 +29,7 @@ def offset_consumer(client: Mapping[str, str]) -> Consumer:
     short fetch wait makes each probe cost one round trip instead of the broker's long-poll time.
     """
     config = {"group.id": "lakesync-offsets", **client, "enable.partition.eof": "true",
-              "fetch.wait.max.ms": "10", "enable.auto.commit": "false"}
+              "fetch.wait.max.ms": "10", "enable.auto.commit": "false", "isolation.level": "read_committed"}
     try:
         return Consumer(config)
     except KafkaException as exc:
@@ -43,8 +38,8 @@ def offset_consumer(client: Mapping[str, str]) -> Consumer:
 
 
 def _broker_error(what: str, exc: BaseException) -> BrokerError:
-    return BrokerError(f"the broker did not answer {what}: {exc}",
-                       hint="check that the broker is up and reachable at kafka.bootstrap.servers")
+    return BrokerUnavailableError(f"the broker did not answer {what}: {exc}",
+                                  hint="check that the broker is up and reachable at kafka.bootstrap.servers")
 
 
 def list_partitions(consumer: Consumer, *, topics: Sequence[str] | None = None, pattern: str | None = None,
@@ -71,8 +66,12 @@ def list_partitions(consumer: Consumer, *, topics: Sequence[str] | None = None, 
                   for partition, info in metadata.topics[name].partitions.items() if info.error is None)
 
 
-#: ListOffsets' special timestamps: the first offset in the log, and the broker's high watermark.
-_EARLIEST_TS, _HIGH_WATERMARK_TS = -2, -1
+#: Answers about a partition the client's metadata does not have yet (a topic just created).
+_NOT_KNOWN_YET = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                            KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
+#: ListOffsets' special timestamps: the first offset in the log, and its end (for a ``read_committed``
+#: consumer the last stable offset: records of open transactions are not there yet).
+_EARLIEST_TS, _LATEST_TS = -2, -1
 
 
 def _list_offsets(consumer: Consumer, partitions: Iterable[TP], which: int, *, timeout: float) -> dict[TP, int]:
@@ -80,22 +79,23 @@ def _list_offsets(consumer: Consumer, partitions: Iterable[TP], which: int, *, t
     tps = list(partitions)
     if not tps:
         return {}
-    try:
-        answers = consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in tps], timeout=timeout)
-    except KafkaException as exc:
-        raise _broker_error("an offsets request", exc) from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answers = consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in tps], timeout=timeout)
+            break
+        except KafkaException as exc:
+            # a topic created a moment ago may not be in this client's metadata yet: ask again shortly
+            if exc.args[0].code() in _NOT_KNOWN_YET and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise _broker_error("an offsets request", exc) from exc
     failed = [answer for answer in answers if answer.error is not None]
     if failed:
         raise BrokerError("the broker refused an offsets request: "
                           + ", ".join(f"{a.topic}/{a.partition}: {a.error}" for a in failed),
                           hint="check that the topics exist and the credentials may describe them")
     return {(answer.topic, answer.partition): answer.offset for answer in answers}
-
-
-def watermarks(consumer: Consumer, tp: TP, *, timeout: float = 10.0) -> tuple[int, int]:
-    """The broker's (low, high) watermarks; the high one is not the log end on the embedded broker."""
-    return (_list_offsets(consumer, [tp], _EARLIEST_TS, timeout=timeout)[tp],
-            _list_offsets(consumer, [tp], _HIGH_WATERMARK_TS, timeout=timeout)[tp])
 
 
 def earliest_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
@@ -108,7 +108,8 @@ def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callab
     """Assign ``starts`` and feed messages to ``on_message`` until each partition is done.
 
     A partition is done when it reaches its end (partition EOF) or when ``on_message`` returns True for one
-    of its messages. Returns the partitions that ended by EOF.
+    of its messages. ``timeout`` bounds the wait for the next message, not the whole read (a long scan that
+    keeps receiving goes on). Returns the partitions that ended by EOF.
     """
     consumer.assign([TopicPartition(topic, partition, offset) for (topic, partition), offset in starts.items()])
     pending, at_eof = set(starts), set()
@@ -117,13 +118,14 @@ def _read_until(consumer: Consumer, starts: Mapping[TP, int], on_message: Callab
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BrokerError(
+                raise BrokerUnavailableError(
                     f"no answer from the broker within {timeout:.0f}s while reading "
                     + ", ".join(f"{t}/{p}" for t, p in sorted(pending)),
                     hint="check the broker; the consumer needs enable.partition.eof=true (see offset_consumer)")
             msg = consumer.poll(min(remaining, 1.0))
             if msg is None:
                 continue
+            deadline = time.monotonic() + timeout
             tp, _ = _where(msg)
             error = msg.error()
             if error is not None:
@@ -160,32 +162,10 @@ def read_to_end(consumer: Consumer, partitions: Iterable[TP], on_message: Callab
     _read_until(consumer, earliest_offsets(consumer, tps, timeout=timeout), each, timeout=timeout)
 
 
-def true_end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
-    """The real log end (next offset to be written) of each partition, at the time of the call.
-
-    Reads forward from ``high watermark - 1`` to the partition's end; the end-of-partition event carries the
-    offset where reading stopped, which is the log end whatever ListOffsets said.
-    """
-    tps = list(partitions)
-    if not tps:
-        return {}
-    lows = _list_offsets(consumer, tps, _EARLIEST_TS, timeout=timeout)
-    highs = _list_offsets(consumer, tps, _HIGH_WATERMARK_TS, timeout=timeout)
-    starts = {tp: max(lows[tp], highs[tp] - 1) if highs[tp] > lows[tp] else highs[tp] for tp in tps}
-    ends = dict(starts)
-
-    def track(msg: Message) -> bool:
-        tp, offset = _where(msg)
-        ends[tp] = offset if msg.error() else max(ends[tp], offset + 1)
-        return False
-
-    _read_until(consumer, starts, track, timeout=timeout)
-    return ends
-
-
-def true_end_offset(consumer: Consumer, topic: str, partition: int, *, timeout: float = 10.0) -> int:
-    """The real log end of one partition; see :func:`true_end_offsets`."""
-    return true_end_offsets(consumer, [(topic, partition)], timeout=timeout)[(topic, partition)]
+def end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
+    """The end of each partition's log as a ``read_committed`` reader sees it (the last stable offset): the
+    offset after the last record of a committed transaction, or of a non-transactional record."""
+    return _list_offsets(consumer, partitions, _LATEST_TS, timeout=timeout)
 
 
 def message_offset(msg: Message) -> int:
@@ -216,13 +196,17 @@ PositionOf = Callable[[Message], str | None]
 
 
 def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *, timeout: float,
-                    position_of: PositionOf | None = None) -> dict[TP, tuple[int, str]]:
-    """The first positioned message at or after each start, as (its offset, its position key); absent past
-    the end. Records without a position (tombstones) are stepped over."""
-    found: dict[TP, tuple[int, str]] = {}
+                    position_of: PositionOf | None = None, wanted: Callable[[str], bool] = lambda _key: True,
+                    ) -> dict[TP, tuple[int, str | None]]:
+    """Per partition, the first message at or after its start whose position key is ``wanted``, as (its
+    offset, its key); where none is, (the log end, None). Records without a position (tombstones) are
+    stepped over."""
+    found: dict[TP, tuple[int, str | None]] = {}
 
     def take(msg: Message) -> bool:
-        if msg.error():
+        tp, offset = _where(msg)
+        if msg.error():  # the partition's end: nothing wanted in it
+            found[tp] = (offset, None)
             return True
         key = position_of(msg) if position_of is not None else _header(msg, header)
         if key is None and position_of is not None:
@@ -230,7 +214,8 @@ def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *
         if key is None:
             raise ConfigError(f"message {msg.topic()}/{msg.partition()}@{msg.offset()} has no {header!r} header",
                               hint="seeking by source position needs topics written by the lakesync relay")
-        tp, offset = _where(msg)
+        if not wanted(key):
+            return False
         found[tp] = (offset, key)
         return True
 
@@ -241,37 +226,24 @@ def _first_messages(consumer: Consumer, starts: Mapping[TP, int], header: str, *
 def first_offsets_at_or_after(consumer: Consumer, partitions: Iterable[TP], position_key: str,
                               header: str = POSITION_HEADER, *, timeout: float = 10.0,
                               position_of: PositionOf | None = None) -> dict[TP, int]:
-    """For each partition, the first offset whose message carries a position key ``>= position_key``.
+    """For each partition, the first offset whose message carries a position key ``>= position_key``: the
+    offset to start reading from to see every change at or after the position. The log end where there is
+    none (and for an empty partition).
 
     The key is the ``header`` of each message, or what ``position_of`` says (topics Debezium wrote carry
     their position in the value: :func:`lakesync.events.envelope.record_position_key`).
 
-    Positions never decrease along a partition, so a binary search over offsets finds it by reading
-    O(log n) single messages; all partitions are searched together, one fetch round per step. Returns the
-    log end where every message is before the position (and for an empty partition): the offset to start
-    reading from to see everything at or after it.
+    Positions need not grow along a partition: a relay rewound to an earlier position, or a Debezium
+    connector restarted after a crash, appends older positions again, and a search that assumed order
+    (a bisection) could land past a change the stream needs. So the partition is read forward from its
+    first record until the first one at or after the position; in the usual case (the relay began at the
+    full load's position) that is the first record, one fetch round for all partitions.
     """
     tps = list(partitions)
-    lo = earliest_offsets(consumer, tps, timeout=timeout)
-    hi = true_end_offsets(consumer, tps, timeout=timeout)
-    # The usual case first: the relay began at the full load's position, so a partition's first message is
-    # already at or after it. One fetch round settles all such partitions instead of log2(n) rounds.
-    firsts = _first_messages(consumer, {tp: lo[tp] for tp in tps if lo[tp] < hi[tp]}, header, timeout=timeout,
-                             position_of=position_of)
-    for tp, (offset, key) in firsts.items():
-        if key >= position_key:
-            hi[tp] = lo[tp]  # nothing before the first positioned message is positioned
-        else:
-            lo[tp] = offset + 1
-    while searching := {tp: (lo[tp] + hi[tp]) // 2 for tp in tps if lo[tp] < hi[tp]}:
-        probes = _first_messages(consumer, searching, header, timeout=timeout, position_of=position_of)
-        for tp, mid in searching.items():
-            probe = probes.get(tp)
-            if probe is None or probe[0] >= hi[tp] or probe[1] >= position_key:
-                hi[tp] = mid  # nothing in [mid, probe) exists, so mid is as good a start as the probe
-            else:
-                lo[tp] = probe[0] + 1
-    return lo
+    starts = earliest_offsets(consumer, tps, timeout=timeout)
+    found = _first_messages(consumer, starts, header, timeout=timeout, position_of=position_of,
+                            wanted=lambda key: key >= position_key)
+    return {tp: found[tp][0] for tp in tps}
 
 
 def first_offset_at_or_after(consumer: Consumer, topic: str, partition: int, position_key: str,
@@ -287,7 +259,7 @@ def first_position_keys(consumer: Consumer, partitions: Iterable[TP], position_o
     tps = list(partitions)
     found = _first_messages(consumer, earliest_offsets(consumer, tps, timeout=timeout), POSITION_HEADER,
                             timeout=timeout, position_of=position_of)
-    return {tp: key for tp, (_, key) in found.items()}
+    return {tp: key for tp, (_, key) in found.items() if key is not None}
 
 
 def rate_limited_ends(starts: Mapping[TP, int], ends: Mapping[TP, int], max_rows: int) -> dict[TP, int]:

@@ -60,7 +60,7 @@ def load_state(state_dir: Path) -> dict[str, Any] | None:
 def stream_lag_reader(pipeline: Pipeline) -> Callable[[], int | None]:
     """A function that measures the stream's lag in records now (None before its first committed batch)."""
     from lakesync.core.connections import kafka_client_config
-    from lakesync.kafka.offsets import offset_consumer, true_end_offsets
+    from lakesync.kafka.offsets import end_offsets, offset_consumer
     from lakesync.stream.app import checkpoint_dir
     from lakesync.stream.lag import committed_offsets, records_behind
 
@@ -73,7 +73,7 @@ def stream_lag_reader(pipeline: Pipeline) -> Callable[[], int | None]:
             return None
         consumer = offset_consumer(client)
         try:
-            return records_behind(committed, true_end_offsets(consumer, list(committed)))
+            return records_behind(committed, end_offsets(consumer, list(committed)))
         except LakesyncError as exc:
             # e.g. the topics the checkpoint names are gone (broker data loss): the stream will refuse to resume
             # and say so; the relay goes on unthrottled rather than dying on a measurement it can't make

@@ -6,9 +6,13 @@ Topic ``<prefix>._lakesync_offsets`` (one partition, ``cleanup.policy=compact``)
     {"version": 1, "position": {"file", "offset", "row", "gtid"},
      "covered_from": {...}, "updated_ms": 1700000000000}
 
-``position`` is a transaction end: every change before it is acknowledged by the broker. ``covered_from``
-is the first position this relay ever published from; the stream's gap check needs the relay's coverage
-to reach back to the full load's position (:func:`covered_range`). The last record for a key wins.
+``position`` is a transaction end: every change before it is published. The relay writes this record in the
+same Kafka transaction as the changes up to it (:meth:`lakesync.relay.publisher.Publisher.commit`), and it
+is read back with ``read_committed``, so the progress a restarted relay resumes from is never ahead of the
+data (resuming from an aborted progress record would skip changes, which no position rule could repair).
+``covered_from`` is the first position this relay ever published from; the stream's gap check needs the
+relay's coverage to reach back to the full load's position (:func:`covered_range`). ``updated_ms`` moves on
+every commit and on heartbeats while the source is quiet. The last record for a key wins.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from lakesync.core.errors import BrokerError
 from lakesync.core.positions import SourcePosition
 from lakesync.kafka.offsets import list_partitions, offset_consumer, read_to_end
 from lakesync.relay.publisher import Publisher
+from lakesync.relay.topics import COMPACTED, TopicManager
 
 OFFSETS_TOPIC_TABLE = "_lakesync_offsets"
 FORMAT_VERSION = 1
@@ -73,22 +78,22 @@ class ProgressStore:
     def for_pipeline(cls, pipeline: Pipeline) -> ProgressStore:
         return cls(kafka_client_config(pipeline), topic=offsets_topic(pipeline), relay=relay_id(pipeline))
 
-    def ensure_topic(self, publisher: Publisher) -> None:
-        publisher.ensure_topic(self.topic, partitions=1, config={"cleanup.policy": "compact"})
+    def ensure_topic(self, topics: TopicManager) -> None:
+        topics.ensure(self.topic, partitions=1, config=COMPACTED)
+
+    def record(self, progress: RelayProgress) -> tuple[str, bytes, bytes]:
+        """The progress record (topic, key, value) to commit with the changes up to ``progress.position``."""
+        return self.topic, self.relay.encode(), progress.to_json()
 
     def save(self, progress: RelayProgress, publisher: Publisher) -> None:
-        """Write ``progress`` and wait for the broker's acknowledgement.
-
-        The caller must have flushed the data records first: progress never runs ahead of the data.
-        """
-        publisher.send(self.topic, self.relay.encode(), progress.to_json(), [])
-        publisher.flush()
+        """Commit ``progress`` with whatever ``publisher`` sent since its last commit."""
+        publisher.commit(self.record(progress))
 
     def load(self, *, timeout: float = 10.0) -> RelayProgress | None:
         """The last progress stored for this relay, or None when it never stored any.
 
-        Reads the whole (compacted) topic from the start to the log end (which the partition-EOF event
-        marks: the embedded broker's high watermark can be short of it); the last record for the key wins.
+        Reads the whole (compacted) topic with ``read_committed`` from the start to the last stable offset
+        (the partition-EOF event marks it); the last committed record for the key wins.
         """
         consumer = offset_consumer(self._client_config)
         latest: list[RelayProgress] = []
@@ -103,8 +108,8 @@ class ProgressStore:
             read_to_end(consumer, list_partitions(consumer, topics=[self.topic], timeout=timeout), keep,
                         timeout=timeout)
         except BrokerError as exc:
-            raise BrokerError(f"cannot read the relay offsets topic {self.topic}: {exc.message}",
-                              hint="check that the broker is up") from exc
+            raise type(exc)(f"cannot read the relay offsets topic {self.topic}: {exc.message}",
+                            hint="check that the broker is up") from exc
         finally:
             consumer.close()
         return latest[-1] if latest else None

@@ -14,6 +14,7 @@ position. The choice is logged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -26,9 +27,11 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.errors import (
     BrokerError,
+    BrokerUnavailableError,
     LakesyncError,
     ServerIdInUseError,
     SourceError,
+    SourceUnavailableError,
 )
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import (
@@ -41,7 +44,8 @@ from lakesync.events.envelope import (
 from lakesync.monitoring.metrics import PipelineMetrics
 from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
-from lakesync.relay.publisher import Publisher
+from lakesync.relay.publisher import Publisher, transactional_id
+from lakesync.relay.topics import TopicManager, retention_config
 from lakesync.source.binlog import BinlogSource, DdlStatement, Heartbeat, TransactionEnd
 from lakesync.source.ddl import DROP_DATABASE, UNKNOWN, DdlChange, parse_ddl
 from lakesync.source.server_checks import (
@@ -50,6 +54,7 @@ from lakesync.source.server_checks import (
     check_position_available,
     check_server_id_unique,
     current_position,
+    is_connection_error,
 )
 
 log = logging.getLogger(__name__)
@@ -104,13 +109,11 @@ class Relay:
         self,
         pipeline: Pipeline,
         *,
-        progress_interval_seconds: float = 1.0,
         heartbeat_seconds: float = 1.0,
         log_every_seconds: float = 10.0,
         blocking: bool = True,
     ) -> None:
         self.pipeline = pipeline
-        self.progress_interval = progress_interval_seconds
         self.heartbeat_seconds = heartbeat_seconds
         self.log_every = log_every_seconds
         self.blocking = blocking
@@ -118,6 +121,14 @@ class Relay:
         self._mysql = mysql_connection(pipeline)
         self._kafka = kafka_client_config(pipeline)
         self.store = ProgressStore.for_pipeline(pipeline)
+        self.topics = TopicManager(self._kafka)
+        #: ``None`` when the pipeline turned Kafka transactions off (``kafka.transactions: false``)
+        self.transactional_id = transactional_id(pipeline.kafka.topic_prefix, pipeline.name,
+                                                 pipeline.source.server_id) if pipeline.kafka.transactions else None
+        #: how long each Kafka commit took, over every run (the benchmark's p50/p99)
+        self.commit_seconds: list[float] = []
+        self._commits = 0
+        self._split_at: SourcePosition | None = None
         self._stop_requested = False
         self.metrics = PipelineMetrics(pipeline)  # backpressure code sets metrics.set_throttled(...)
         self.backpressure = Backpressure.for_pipeline(pipeline)
@@ -138,7 +149,8 @@ class Relay:
         try:
             return pymysql.connect(**self._mysql.pymysql_kwargs(), autocommit=True)
         except pymysql.err.MySQLError as exc:
-            raise SourceError(f"cannot connect to the source {self._mysql.describe()}: {exc}") from exc
+            error = SourceUnavailableError if is_connection_error(exc) else SourceError
+            raise error(f"cannot connect to the source {self._mysql.describe()}: {exc}") from exc
 
     def lag(self, conn: Any | None = None) -> Lag:
         """Seconds since the last relayed commit (0 when caught up) and binlog bytes not yet read."""
@@ -222,38 +234,97 @@ class Relay:
         stop_when_idle_seconds: float | None = None,
         max_events: int | None = None,
     ) -> RelayStats:
-        """Stream changes until :meth:`stop`, ``stop_when_idle_seconds`` without changes, or ``max_events``."""
+        """Stream changes until :meth:`stop`, ``stop_when_idle_seconds`` without changes, or the first source
+        transaction end after ``max_events`` changes.
+
+        When the source or the broker goes away, the relay starts over from its committed progress, with
+        backoff (each attempt logged), for up to ``relay.give_up_after_seconds``; then it stops with the
+        last error. A fenced relay (another took over), a purged binlog or a misconfigured source stop it
+        at once."""
+        give_up = self.pipeline.relay.give_up_after_seconds
+        failing_since: float | None = None
+        attempt, backoff = 0, 1.0
+        stats: RelayStats | None = None
+        while True:
+            committed_before = self._commits
+            try:
+                stats = self._run_once(from_position if self._commits == 0 else None, stats,
+                                       stop_when_idle_seconds, max_events)
+                return stats
+            except (SourceUnavailableError, BrokerUnavailableError) as exc:
+                now = time.monotonic()
+                if self._commits > committed_before:  # it made progress: a new outage, a fresh budget
+                    failing_since, attempt, backoff = None, 0, 1.0
+                failing_since = failing_since or now
+                attempt += 1
+                if now - failing_since >= give_up or self._stop_requested:
+                    raise type(exc)(f"the relay gave up after {now - failing_since:.0f} s of failed attempts "
+                                    f"({attempt}): {exc.message}", hint=exc.hint) from exc
+                log.warning("relay: %s; attempt %d to resume from the committed progress in %.0f s (gives up after "
+                            "%.0f s: relay.give_up_after_seconds)", exc.message, attempt, backoff, give_up)
+                self._sleep_unless_stopped(backoff)
+                backoff = min(backoff * 2, 30.0)
+                if self._stop_requested:
+                    return stats or RelayStats(start=self._position or SourcePosition("binlog.000001", 4),
+                                               start_origin="stopped before the first start")
+
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._stop_requested:
+            time.sleep(min(0.2, deadline - time.monotonic()))
+
+    def _run_once(self, from_position: SourcePosition | None, previous: RelayStats | None,
+                  stop_when_idle_seconds: float | None, max_events: int | None) -> RelayStats:
+        """One start: connect, check, pick the start position, stream. ``previous`` carries the counts over."""
         conn = self._connect()
-        publisher = Publisher(self._kafka)
+        publisher: Publisher | None = None
         try:
             self.metrics.serve(self.pipeline.monitoring.metrics_address)
             check_binlog_settings(conn)
             self._check_server_id(conn)
-            self.store.ensure_topic(publisher)
+            publisher = Publisher(self._kafka, transactional_id=self.transactional_id)
+            self.store.ensure_topic(self.topics)
             stored = self.store.load()
             start, origin = self._start_position(conn, from_position, stored)
             check_position_available(conn, start)
             covered_from = start
             if stored is not None and start <= stored.position:
                 covered_from = min(stored.covered_from, start)
-            log.info("relay %s starting at %s, from %s; coverage since %s",
-                     self.store.relay, start, origin, covered_from)
+            log.info("relay %s starting at %s, from %s; coverage since %s; %s", self.store.relay, start, origin,
+                     covered_from, f"Kafka transactions as {self.transactional_id}" if self.transactional_id
+                     else "without Kafka transactions (kafka.transactions: false)")
             stats = RelayStats(start=start, start_origin=origin, position=start)
+            if previous is not None:
+                stats = replace(previous, position=start)
             self._position = start
-            self.store.save(RelayProgress(start, covered_from, int(time.time() * 1000)), publisher)
+            self._commit(publisher, RelayProgress(start, covered_from, int(time.time() * 1000)))
             self._stream(conn, publisher, stats, covered_from, stop_when_idle_seconds, max_events)
             return stats
+        except pymysql.err.MySQLError as exc:
+            if not is_connection_error(exc):
+                raise
+            lost = SourceUnavailableError(f"lost the connection to the source {self._mysql.describe()}: {exc}")
+            self.metrics.error("relay", lost)
+            raise lost from exc
         except LakesyncError as exc:
             self.metrics.error("relay", exc)
             raise
         finally:
             self.metrics.close()
-            publisher.close()
-            conn.close()
+            if publisher is not None:
+                self.commit_seconds.extend(publisher.commit_seconds)
+                publisher.close()
+            with contextlib.suppress(pymysql.err.MySQLError):
+                conn.close()
+
+    def _commit(self, publisher: Publisher, progress: RelayProgress) -> None:
+        publisher.commit(self.store.record(progress))
+        self._commits += 1
 
     def _stream(self, conn: Any, publisher: Publisher, stats: RelayStats, covered_from: SourcePosition,
                 stop_when_idle: float | None, max_events: int | None) -> None:
         pipeline = self.pipeline
+        settings = pipeline.relay
 
         def open_source(start: SourcePosition) -> BinlogSource:
             return BinlogSource(
@@ -264,24 +335,40 @@ class Relay:
 
         source = open_source(stats.start)
         topics: dict[str, str] = {}
+        table_topic_config = retention_config(pipeline.kafka.retention_hours)
         partitions = pipeline.kafka.partitions
         send = publisher.send
         started = time.monotonic()
-        last_save = last_log = last_activity = started
-        saved = committed = stats.start
+        last_log = last_activity = last_commit = started
+        committed = saved = stats.start
         logged_events = events_seen = 0
+        # the open unit of work: when its first change was sent, and how many changes it holds
+        unit_opened: float | None = None
+        unit_changes = 0
+        # a source transaction longer than this is split (see _split), well inside transaction.timeout.ms
+        split_after = publisher.transaction_timeout_s / 2 if publisher.transactional else float("inf")
 
-        def checkpoint() -> None:
-            nonlocal saved, last_save
-            publisher.flush()
-            if committed != saved:
-                self.store.save(RelayProgress(committed, covered_from, int(time.time() * 1000)), publisher)
-                saved = committed
+        def checkpoint(*, heartbeat: bool = False) -> None:
+            """Commit the open unit with the progress up to ``committed`` (a heartbeat: even when nothing
+            changed, so readers see the relay alive and caught up)."""
+            nonlocal saved, unit_opened, unit_changes, last_commit
+            if unit_opened is None and committed == saved and not heartbeat:
+                return
+            self._commit(publisher, RelayProgress(committed, covered_from, int(time.time() * 1000)))
+            saved, unit_opened, unit_changes, last_commit = committed, None, 0, time.monotonic()
             self._position = committed
             stats.position = committed
-            last_save = time.monotonic()
             self.metrics.relay_progress(committed, stats.tables)
 
+        def finish() -> None:
+            """Commit what is whole; a unit that ends inside a source transaction is aborted instead (never
+            shown), and the next start republishes it from the last committed progress."""
+            if in_source_transaction and publisher.transactional:
+                publisher.abort()
+            else:
+                checkpoint()
+
+        in_source_transaction = False
         try:
             while True:
                 throttled = False
@@ -290,34 +377,48 @@ class Relay:
                         topic = topics.get(item.table)
                         if topic is None:
                             topic = topics[item.table] = pipeline.topic(item.table)
-                            publisher.ensure_topic(topic, partitions=partitions)
+                            self.topics.ensure(topic, partitions=partitions, config=table_topic_config)
                         item.emitted_ms = int(time.time() * 1000)
                         key, value, headers = encode(item)
                         send(topic, key, value, headers)
                         stats.events += 1
+                        unit_changes += 1
+                        if unit_opened is None:
+                            unit_opened = time.monotonic()
+                        elif unit_changes & 0x3FF == 0 and time.monotonic() - unit_opened > split_after:
+                            self._split(item.position, committed, split_after)
+                            checkpoint()  # progress stays at the last whole source transaction
                         stats.tables[item.table] = stats.tables.get(item.table, 0) + 1
-                        if max_events is not None and stats.events >= max_events:
-                            break
+                        in_source_transaction = True
                         continue
                     now = time.monotonic()
                     if stats.events != events_seen:
                         last_activity, events_seen = now, stats.events
                     if type(item) is TransactionEnd:
                         committed = item.position
+                        in_source_transaction = False
                         stats.transactions += 1
                         self._last_ts_ms = item.ts_ms
                         self._caught_up = False
+                        if unit_opened is not None and (now - unit_opened >= settings.transaction_seconds
+                                                        or unit_changes >= settings.transaction_max_changes):
+                            checkpoint()
+                        if max_events is not None and stats.events >= max_events:
+                            break  # at a transaction end: everything up to it is in the open unit
                     elif type(item) is DdlStatement:
                         last_activity = now
                         for change in self._schema_events(item):
                             topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
-                            publisher.ensure_topic(topic, partitions=1)
+                            self.topics.ensure(topic, partitions=1)
                             send(topic, *encode_schema_change(change))
                             stats.schema_changes += 1
+                            if unit_opened is None:
+                                unit_opened = now
                     elif type(item) is Heartbeat:
                         self._caught_up = True
-                    if now - last_save >= self.progress_interval or type(item) is Heartbeat:
-                        checkpoint()
+                        checkpoint(heartbeat=now - last_commit >= settings.heartbeat_seconds)
+                    if unit_opened is None and committed != saved and now - last_commit >= settings.heartbeat_seconds:
+                        checkpoint()  # transactions of other tables move the position on
                     if now - last_log >= self.log_every:
                         self._log_progress(conn, stats, stats.events - logged_events, now - last_log)
                         last_log, logged_events = now, stats.events
@@ -326,7 +427,7 @@ class Relay:
                     if stop_when_idle is not None and now - last_activity >= stop_when_idle:
                         log.info("no changes for %.1f s: stopping (--stop-when-idle)", now - last_activity)
                         break
-                    if type(item) is TransactionEnd and self.backpressure.must_pause(publisher.flush):
+                    if type(item) is TransactionEnd and self.backpressure.must_pause(lambda: checkpoint()):
                         throttled = True  # at a transaction end: nothing past `committed` was sent
                         break
                 if not throttled:
@@ -343,17 +444,28 @@ class Relay:
                 check_position_available(conn, committed)  # never silently skip a purged binlog
                 source = open_source(committed)
                 last_activity = time.monotonic()
-            checkpoint()
+            finish()
         except BrokerError:
-            raise  # never store progress past unacknowledged data
+            raise  # the open transaction is aborted (Publisher.close): nothing past the progress is visible
         except LakesyncError:
-            checkpoint()  # everything up to the last transaction end is safe; then report the problem
+            finish()  # everything up to the last transaction end is safe; then report the problem
             raise
         finally:
             source.close()
-            stats.elapsed_seconds = time.monotonic() - started
+            stats.elapsed_seconds += time.monotonic() - started
             log.info("relay stopped at %s: %d events, %d transactions, %d schema changes in %.1f s",
                      stats.position, stats.events, stats.transactions, stats.schema_changes, stats.elapsed_seconds)
+
+    def _split(self, at: SourcePosition, progress: SourcePosition, limit_s: float) -> None:
+        """Say so when a source transaction is committed to Kafka in parts (it has been open longer than half of
+        the producer's ``transaction.timeout.ms``, where the broker would abort it and a retry would abort again).
+        The progress stays at the last whole source transaction, so a crash republishes the parts; readers may
+        see the first parts before the rest, which the sink's position rule keeps right."""
+        if self._split_at != progress:
+            self._split_at = progress
+            log.warning("relay: the source transaction after %s is still open in Kafka after %.0f s (half of the "
+                        "producer's transaction.timeout.ms); committing it in parts (now at %s)", progress, limit_s,
+                        at)
 
     def _log_progress(self, conn: Any, stats: RelayStats, events: int, seconds: float) -> None:
         try:

@@ -44,10 +44,11 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from lakesync.core import types as lakesync_types
-from lakesync.core.errors import BinlogPurgedError, SourceError
+from lakesync.core.errors import BinlogPurgedError, SourceError, SourceUnavailableError
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import ChangeEvent
 from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
+from lakesync.source.server_checks import is_connection_error
 
 #: MariaDB GTID flag: the transaction is one statement with no BEGIN/COMMIT around it (DDL).
 _FL_STANDALONE = 0x01
@@ -359,9 +360,8 @@ class BinlogSource:
             if self._blocking:
                 # A blocking stream only ends when the server closes it (shutdown, restart, KILL): that is a
                 # failure to report with a non-zero exit, not the quiet end of a --stop-when-idle run.
-                raise SourceError("the source closed the binlog stream (server shut down or restarted?)",
-                                  hint="the relay resumes from its stored progress when restarted: "
-                                  "`lakesync relay --pipeline <name>`")
+                raise SourceUnavailableError("the source closed the binlog stream (server shut down or restarted?)",
+                                             hint="the relay reconnects and resumes from its committed progress")
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else None
             if code in _MISSING_BINLOG_ERRORS:
@@ -375,7 +375,8 @@ class BinlogSource:
                     f"{exc.args[-1]} (the user needs the REPLICATION SLAVE privilege)",
                     hint="GRANT REPLICATION SLAVE ON *.* TO the lakesync user (docs/security.md lists every grant)",
                 ) from exc
-            raise SourceError(f"lost the binlog stream: {exc}", hint="check the source server; the relay "
-                              "resumes from its stored progress when restarted") from exc
+            error = SourceUnavailableError if is_connection_error(exc) else SourceError
+            raise error(f"lost the binlog stream: {exc}", hint="check the source server; the relay "
+                        "resumes from its committed progress") from exc
         finally:
             self.close()

@@ -13,13 +13,25 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
-from pymysql.constants import ER
+from pymysql.constants import CR, ER
 
 from lakesync.core.errors import BinlogPurgedError, ServerIdInUseError, SourceError
 from lakesync.core.positions import SourcePosition
 
 log = logging.getLogger(__name__)
 _ACCESS_DENIED = (ER.SPECIFIC_ACCESS_DENIED_ERROR, ER.ACCESS_DENIED_ERROR, ER.TABLEACCESS_DENIED_ERROR)
+#: Errors that mean the server is not there (yet), went away or is shutting down: worth reconnecting.
+#: 1927 is MariaDB's ER_CONNECTION_KILLED (a server shutting down kills its sessions with it).
+_CONNECTION_ERRORS = frozenset({CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_SERVER_GONE_ERROR,
+                                CR.CR_SERVER_LOST, CR.CR_SERVER_LOST_EXTENDED, ER.SERVER_SHUTDOWN,
+                                ER.NORMAL_SHUTDOWN, ER.SHUTDOWN_COMPLETE, 1927})
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether a PyMySQL error says the server is unreachable or went away (not that it refused something)."""
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True  # the connection object is already closed
+    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in _CONNECTION_ERRORS
 
 #: (variable, required value) checked by :func:`check_binlog_settings`, in the order a DBA fixes them.
 REQUIRED_SETTINGS: tuple[tuple[str, str], ...] = (

@@ -36,6 +36,7 @@ from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
+from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.progress import StreamProgress, TableProgress
@@ -386,13 +387,19 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
                                    covered[0] if covered else None)
             topic_keys = {t.topic: t.handoff_key for t in selected}
             topic_keys[schema_topic] = min(t.handoff_key for t in selected)
-            offsets = starting_offsets(consumer, topic_keys)
+            offsets = starting_offsets(consumer, topic_keys, pipeline.name)
         finally:
             consumer.close()
         options["startingOffsets"] = json.dumps(offsets)
         log.info("new stream %s starts at the handoff offsets %s", app_id, offsets)
     else:
         log.info("stream %s resumes from its checkpoint %s", app_id, checkpoint)
+        consumer = offset_consumer(client)
+        try:
+            check_nothing_deleted(pipeline.name, checkpoint, consumer,
+                                  {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"})
+        finally:
+            consumer.close()
 
     check_topic_identity(checkpoint, topic_ids(client, topics), pipeline=pipeline.name, fresh=fresh)
 

@@ -24,7 +24,13 @@ from confluent_kafka import Consumer, Message
 
 from lakesync.core.errors import GapError
 from lakesync.events.envelope import record_position_key
-from lakesync.kafka.offsets import first_offsets_at_or_after, first_position_keys, list_partitions
+from lakesync.kafka.offsets import (
+    TP,
+    earliest_offsets,
+    first_offsets_at_or_after,
+    first_position_keys,
+    list_partitions,
+)
 
 GAP_HINT = "re-run the full load for these tables (`lakesync snapshot --pipeline {pipeline} --tables {tables}`)"
 
@@ -81,7 +87,8 @@ def _message_position(msg: Message) -> str | None:
     return record_position_key(msg.value(), msg.headers())
 
 
-def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str]) -> dict[str, dict[str, int]]:
+def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline_name: str
+                     ) -> dict[str, dict[str, int]]:
     """For each topic, per partition, the first offset at or after the topic's handoff position key.
 
     Returned in Spark's ``startingOffsets`` JSON shape: ``{"topic": {"0": 42}}``. A topic that does not
@@ -89,7 +96,26 @@ def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str]) -> dict[
     """
     offsets: dict[str, dict[str, int]] = {}
     for topic, key in topic_keys.items():
-        found = first_offsets_at_or_after(consumer, list_partitions(consumer, topics=[topic]), key,
-                                          position_of=_message_position)
+        partitions = list_partitions(consumer, topics=[topic])
+        found = first_offsets_at_or_after(consumer, partitions, key, position_of=_message_position)
+        _check_retained(consumer, found, key, pipeline_name)
         offsets[topic] = {str(partition): offset for (_, partition), offset in found.items()}
     return offsets
+
+
+def _check_retained(consumer: Consumer, found: Mapping[TP, int], key: str, pipeline_name: str) -> None:
+    """Refuse to start where records were deleted from a partition's start (retention, deleted records) and
+    the first one left is past the position: the deleted ones may have been changes the stream needs."""
+    starts = earliest_offsets(consumer, list(found))
+    trimmed = [tp for tp, offset in found.items() if starts[tp] > 0 and offset == starts[tp]]
+    if not trimmed:
+        return
+    firsts = first_position_keys(consumer, trimmed, _message_position)
+    late = [tp for tp in trimmed if firsts.get(tp, key) > key]
+    if late:
+        raise GapError(
+            "gap between the full load and the change log: records were deleted from the start of "
+            + ", ".join(f"{t}/{p} (it now starts at offset {starts[(t, p)]}, position {firsts[(t, p)]})" for t, p in late)
+            + f", after the position {key} the stream must start from (retention, or deleted records)",
+            hint=f"re-run the full load (`lakesync snapshot --pipeline {pipeline_name} --restart`); raise "
+                 "kafka.retention_hours above the time between a load and the stream's start")
