@@ -288,3 +288,67 @@ def test_a_source_transaction_longer_than_the_kafka_transaction_timeout_is_commi
     assert any("committing it in parts" in r.getMessage() for r in caplog.records)
     positions = [dict(r.headers())["lakesync.pos"] for r in read_records(broker.bootstrap, pipeline.topic("big"))]
     assert len(positions) == rows and len(set(positions)) == rows, "every change once, none twice"
+
+
+def test_a_second_relay_for_the_same_pipeline_takes_over_and_the_first_stops_saying_so(
+        db, broker, fresh_database, make_pipeline):
+    from lakesync.core.errors import RelayFencedError
+
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        start = current_position(db)
+    pipeline = make_pipeline(fresh_database)
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, relay: Relay, **kwargs: Any) -> None:
+        try:
+            outcomes[name] = relay.run(**kwargs)
+        except Exception as exc:  # the first relay's fate is the point of the test
+            outcomes[name] = exc
+
+    first, second = Relay(pipeline, heartbeat_seconds=0.3), Relay(pipeline, heartbeat_seconds=0.3)
+    writer_stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        with db.cursor() as cur:
+            while not writer_stop.wait(0.01):
+                i += 1
+                cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+
+    threads = [threading.Thread(target=write)]
+    threads.append(threading.Thread(target=run, args=("first", first), kwargs={"from_position": start}))
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    threads.append(threading.Thread(target=run, args=("second", second), kwargs={"stop_when_idle_seconds": 3.0}))
+    threads[-1].start()
+    threads[1].join(60)
+    writer_stop.set()
+    threads[0].join(10)
+    threads[2].join(120)
+    assert isinstance(outcomes["first"], RelayFencedError), outcomes
+    assert "another relay took over" in outcomes["first"].message
+    assert not isinstance(outcomes.get("second"), Exception), outcomes
+    with db.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM t")
+        rows = cur.fetchone()[0]
+    positions = [dict(r.headers())["lakesync.pos"] for r in read_records(broker.bootstrap, pipeline.topic("t"))]
+    assert len(positions) == rows == len(set(positions)), "every insert once, none twice, none lost"
+
+
+def test_with_transactions_off_the_relay_publishes_every_change_and_its_progress(db, broker, fresh_database,
+                                                                                make_pipeline):
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(1, 101)])
+        end = current_position(db)
+    base = make_pipeline(fresh_database)
+    pipeline = base.model_copy(update={"kafka": base.kafka.model_copy(update={"transactions": False})})
+    relay = Relay(pipeline, heartbeat_seconds=0.3)
+    assert relay.transactional_id is None
+    stats = relay.run(from_position=start, stop_when_idle_seconds=1.0)
+    assert stats.events == 100
+    assert sorted(e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))) == list(range(1, 101))
+    assert covered_range(pipeline) == (start.key(), end.key())

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 from typing import Any
 
 from lakesync.core.errors import ConfigError
@@ -41,8 +41,10 @@ _TOKEN_RE = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<offset>\d+)(?::(?P<row>\d+)
 _FILE_INDEX_RE = re.compile(r"\.(\d+)$")
 
 
+@lru_cache(maxsize=1024)
 def binlog_file_index(file_name: str) -> int:
-    """The number at the end of a binlog file name (``mysql-bin.000042`` -> 42)."""
+    """The number at the end of a binlog file name (``mysql-bin.000042`` -> 42); cached, as every position
+    the relay makes checks its file name (a handful of names, millions of positions)."""
     match = _FILE_INDEX_RE.search(file_name)
     if not match:
         raise ConfigError(

@@ -87,8 +87,8 @@ class Publisher:
             raise BrokerError(f"cannot create the relay's Kafka producer: {exc.args[0].str()}",
                               hint="check the pipeline's kafka.settings") from exc
         self._flush_timeout = flush_timeout_seconds
-        #: delivery failures since the last commit: the error, the record's topic and size
-        self._errors: list[tuple[KafkaError, str, int]] = []
+        #: delivery failures since the last commit, with their records
+        self._errors: list[tuple[KafkaError, Message]] = []
         self._in_transaction = False
         self.sent = 0
         #: how long each commit took (transactional: commit_transaction; plain: the flushes), seconds
@@ -134,15 +134,18 @@ class Publisher:
 
     # -- records --------------------------------------------------------------------------------------
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        # Only kept here: the client may call this with an exception of its own pending (a fenced producer),
+        # when asking the message anything fails; _refusal and flush look at it later.
         if error is not None:
-            self._errors.append((error, message.topic() or "", len(message) if message.value() else 0))
+            self._errors.append((error, message))
 
     def _refusal(self) -> BrokerError | None:
         """The broker's refusal of a record, if a delivery failed for a reason that re-trying cannot change (a
         record too large, a topic the relay may not write): not an outage the relay waits out."""
-        for error, topic, size in self._errors:
+        for error, message in self._errors:
+            topic = message.topic() or ""
             if error.code() in _TOO_LARGE:
-                return self._size_error(topic, size)
+                return self._size_error(topic, len(message.value() or b""))
             if error.code() in _REFUSED:
                 return BrokerError(f"the broker refused a change event for topic {topic}: {error.str()}; progress "
                                    "was not advanced past it",
@@ -239,6 +242,10 @@ class Publisher:
             )
 
     def close(self) -> None:
-        """Abort what is open (it was never committed) and let the producer go."""
+        """Abort what is open (it was never committed) and let the producer go. Never raises: it runs while the
+        relay unwinds from another error, which must stay the one reported."""
         self.abort()
-        self._producer.flush(5)
+        try:
+            self._producer.flush(5)
+        except (KafkaException, SystemError) as exc:  # a fenced or broken producer: nothing left to deliver
+            log.debug("relay: closing the producer: %s", exc)
