@@ -177,14 +177,15 @@ class FaultPipeline:
     def wait_relay_caught_up(self, *, timeout: float = 120) -> None:
         """Until the relay's stored progress reaches the binlog's current end.
 
-        The relay stores progress at transaction ends, so one marker transaction (an audit row) is written
-        after reading the target: on a quiet server whose binlog just rotated (MariaDB restarted) the
-        relay would otherwise never store a position in the new file."""
+        A marker transaction (an audit row) is written first and the target read after it, so only a relay
+        that is running now can reach it: a relay killed earlier may have stored progress up to the end of
+        a binlog the workload had stopped writing to, which would otherwise count as caught up."""
         from lakesync.relay import covered_range
 
         with self.admin.connect(database=self.database) as conn, conn.cursor() as cur:
-            target = current_position(conn).key()
             cur.execute("INSERT INTO audit_log (actor, action, details) VALUES ('faults', 'marker', NULL)")
+            conn.commit()
+            target = current_position(conn).key()
         deadline = time.monotonic() + timeout
         while (covered := covered_range(self.pipeline)) is None or covered[1] < target:
             assert time.monotonic() < deadline, f"the relay did not reach {target} in {timeout}s (covers {covered})"

@@ -16,6 +16,7 @@ from tests.faults.faultkit import (
     kill_points,
     seeded_random,
 )
+from tests.faults.kafka_counts import assert_each_change_once
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -40,6 +41,9 @@ def test_relay_killed_at_random_points_resumes_from_its_stored_progress(stack, m
             final = kit.relay()
         kit.wait_relay_caught_up()
         assert "from stored progress" in kit.output(final) or outcome.kills == 0, kit.output(final)[-3000:]
+        topics = [kit.pipeline.topic(t) for t in ("customers", "accounts", "transactions", "daily_balances",
+                                                  "audit_log")]
+        outcome.notes.append(f"{assert_each_change_once(stack.broker.bootstrap, topics)} changes in Kafka, each once")
         run_stream(kit.pipeline, once=True, spark=spark)
         kit.verify(outcome)
     finally:

@@ -352,3 +352,26 @@ def test_with_transactions_off_the_relay_publishes_every_change_and_its_progress
     assert stats.events == 100
     assert sorted(e.after["id"] for e in changes(broker.bootstrap, pipeline.topic("t"))) == list(range(1, 101))
     assert covered_range(pipeline) == (start.key(), end.key())
+
+
+def test_table_topics_get_the_pipelines_retention_and_follow_a_changed_setting(db, broker, fresh_database,
+                                                                              make_pipeline):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    def retention_ms(topic: str) -> str:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        return admin.describe_configs([resource])[resource].result(10)["retention.ms"].value
+
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        start = current_position(db)
+        cur.execute("INSERT INTO t VALUES (1)")
+    pipeline = make_pipeline(fresh_database)
+    _run(db, pipeline, start)
+    assert retention_ms(pipeline.topic("t")) == str(7 * 24 * 3_600_000)  # the documented default
+    shorter = pipeline.model_copy(update={"kafka": pipeline.kafka.model_copy(update={"retention_hours": 2})})
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (2)")
+    _run(db, shorter, None)
+    assert retention_ms(pipeline.topic("t")) == str(2 * 3_600_000)
