@@ -63,7 +63,9 @@ def _selected_tables(context: Context) -> list[str]:
 
 
 class LakesyncSparkSubmitOperator(SparkSubmitOperator):
-    """``spark-submit spark_apps/<app>.py --pipeline <p> [...]`` with the stack's Spark connection."""
+    """``spark-submit spark_apps/<app>.py --pipeline <p> [...]`` with the stack's Spark connection, delta-spark
+    and Spark's Kafka connector (lakesync's cached jars, :func:`lakesync.spark.session.submit_conf`; a task's
+    own ``conf`` wins)."""
 
     def __init__(self, *, pipeline: str, app: str, extra_args: Sequence[str] = (), **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
@@ -71,6 +73,12 @@ class LakesyncSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(application=str(spark_apps_dir() / f"{app}.py"),
                          application_args=["--pipeline", pipeline, *extra_args], **kwargs)
         self.pipeline = pipeline
+
+    def execute(self, context: Context) -> None:
+        from lakesync.spark.session import submit_conf  # at run time: it may fetch the jars once
+
+        self.conf = {**submit_conf(), **(self.conf or {})}
+        super().execute(context)
 
 
 class FullLoadOperator(LakesyncSparkSubmitOperator):

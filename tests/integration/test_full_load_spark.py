@@ -17,6 +17,7 @@ from lakesync.core.config import parse_pipeline
 from lakesync.full_load.chunk_runners import SparkChunkRunner
 from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import LoadState
+from lakesync.spark.session import submit_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_spark_submit_entry_point_loads_and_prints_a_line_per_table(stack, numbe
            "PYSPARK_PYTHON": sys.executable}
     spark_submit = Path(sys.executable).parent / "spark-submit"
     done = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", str(REPO / "spark_apps" / "full_load.py"),
+        [str(spark_submit), "--master", "local[2]", *submit_args(), str(REPO / "spark_apps" / "full_load.py"),
          "--pipeline", "sparkload"], env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lakesync.spark.session import submit_args
+
 pytestmark = [pytest.mark.spark]
 
 _APP = """
@@ -32,7 +34,7 @@ def test_spark_submit_master_and_conf_are_kept(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != "LAKESYNC_SPARK_MASTER"}
     env["PYSPARK_PYTHON"] = sys.executable
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]", *submit_args(),
          "--conf", "spark.sql.shuffle.partitions=7", str(app)],
         env=env, capture_output=True, text=True, timeout=300,
     )

@@ -26,19 +26,20 @@ BESIDE_PYSPARK = frozenset({"spark"})
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")
 
 
-def _pom(roots: tuple[Coordinate, ...]) -> str:
+def _pom(roots: tuple[Coordinate, ...], intransitive: tuple[str, ...] = ()) -> str:
+    alone = "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
     deps = "\n".join(
         f"    <dependency><groupId>{c.group}</groupId><artifactId>{c.artifact}</artifactId>"
         f"<version>{c.version}</version>" + (f"<classifier>{c.classifier}</classifier>" if c.classifier else "")
-        + "</dependency>" for c in roots)
+        + (alone if f"{c.group}:{c.artifact}" in intransitive else "") + "</dependency>" for c in roots)
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>\n"
             "  <groupId>lakesync</groupId><artifactId>jar-lock</artifactId><version>1</version>"
             "<packaging>pom</packaging>\n  <dependencies>\n" + deps + "\n  </dependencies>\n</project>\n")
 
 
-def _resolve(roots: tuple[Coordinate, ...], work: Path) -> list[Path]:
+def _resolve(roots: tuple[Coordinate, ...], intransitive: tuple[str, ...], work: Path) -> list[Path]:
     """The runtime jars of ``roots``, in a Maven repository layout under ``work/out``."""
-    (work / "pom.xml").write_text(_pom(roots))
+    (work / "pom.xml").write_text(_pom(roots, intransitive))
     command = ["mvn", "-q", "-B", f"-Dmaven.repo.local={work / 'm2'}", "-f", str(work / "pom.xml"),
                "dependency:copy-dependencies", f"-DoutputDirectory={work / 'out'}", "-DincludeScope=runtime",
                "-Dmdep.useRepositoryLayout=true"]
@@ -74,12 +75,13 @@ def lock_set(jar_set: JarSet, *, provided: set[str] | None = None) -> JarSet:
     with tempfile.TemporaryDirectory(prefix="lakesync-jar-lock-") as tmp:
         work = Path(tmp)
         locked = []
-        for jar in _resolve(jar_set.roots, work):
+        for jar in _resolve(jar_set.roots, jar_set.intransitive, work):
             coordinate = _coordinate(jar, work / "out")
             if provided and coordinate.artifact in provided:
                 continue
             locked.append(LockedJar(coordinate, hashlib.sha256(jar.read_bytes()).hexdigest(), jar.stat().st_size))
-    return JarSet(jar_set.name, jar_set.description, jar_set.roots, tuple(sorted(locked, key=lambda j: j.coordinate)))
+    return JarSet(jar_set.name, jar_set.description, jar_set.roots, tuple(sorted(locked, key=lambda j: j.coordinate)),
+                  jar_set.intransitive)
 
 
 def _toml_string(text: str) -> str:
@@ -91,7 +93,10 @@ def render_lock(sets: dict[str, JarSet], header: str) -> str:
     lines = [header.rstrip(), ""]
     for name, jar_set in sets.items():
         lines += [f"[sets.{name}]", f"description = {_toml_string(jar_set.description)}",
-                  "roots = [" + ", ".join(_toml_string(str(c)) for c in jar_set.roots) + "]", "jars = ["]
+                  "roots = [" + ", ".join(_toml_string(str(c)) for c in jar_set.roots) + "]"]
+        if jar_set.intransitive:
+            lines.append("intransitive = [" + ", ".join(_toml_string(i) for i in jar_set.intransitive) + "]")
+        lines.append("jars = [")
         lines += [f"  {{coordinate = {_toml_string(str(j.coordinate))}, sha256 = \"{j.sha256}\", size = {j.size}}},"
                   for j in jar_set.jars]
         lines += ["]", ""]

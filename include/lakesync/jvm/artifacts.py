@@ -85,6 +85,9 @@ class JarSet:
     description: str
     roots: tuple[Coordinate, ...]
     jars: tuple[LockedJar, ...]
+    #: roots taken without their dependencies (``group:artifact``): a POM that drags in far more than is used
+    #: (hadoop-aws wants the whole 600 MB AWS SDK bundle; the few SDK modules S3A uses are roots themselves)
+    intransitive: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -102,7 +105,8 @@ def parse_lock(document: dict) -> dict[str, JarSet]:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{LOCK_FILE}: set {name!r} is malformed ({exc})",
                               hint="re-create it with `lakesync dev lock-jars`") from exc
-        sets[name] = JarSet(name, str(body.get("description", "")), roots, jars)
+        sets[name] = JarSet(name, str(body.get("description", "")), roots, jars,
+                            tuple(str(item) for item in body.get("intransitive", [])))
     return sets
 
 

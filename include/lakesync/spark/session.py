@@ -1,9 +1,15 @@
-"""Building the SparkSession lakesync's apps and tests run in.
+"""Building the SparkSession lakesync's apps and tests run in: delta-spark and Spark's Kafka connector on the
+classpath, Delta's SQL extension and catalog, and settings that suit small jobs.
 
-Defaults suit one machine (local mode, few shuffle partitions, no UI). Under ``spark-submit`` the launcher's
-master and ``--conf`` settings win: a builder setting would otherwise override them (PySpark's
-``getOrCreate`` applies the builder's options on top of the launcher's), so lakesync's defaults fill only
-the keys the launcher left unset.
+The jars are the ``spark`` set of ``lakesync/jvm/jars.toml``, from lakesync's jar cache (fetched once,
+:mod:`lakesync.jvm.fetch`), given to Spark as local paths (``spark.jars``), so nothing resolves through Ivy and
+the state of ``~/.m2`` or ``~/.ivy2`` doesn't matter; the driver serves them to a cluster's executors.
+
+Defaults suit one machine (local mode, few shuffle partitions, no UI) and the many small jobs a stream runs
+(see :data:`SPARK_DEFAULTS`). Under ``spark-submit`` the launcher's master and ``--conf`` settings win: a
+builder setting would otherwise override them (PySpark's ``getOrCreate`` applies the builder's options on top
+of the launcher's), so lakesync's defaults fill only the keys the launcher left unset; the launcher must have
+been given :func:`submit_conf` (jars and Delta's extension), which the Airflow operator and the dev kit do.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from lakesync.core.errors import LakesyncError
+from lakesync.jvm.fetch import ensure_jars
 
 
 def _launcher_conf() -> dict[str, str]:
@@ -28,6 +35,44 @@ def _launcher_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
+#: Delta's SQL extension and catalog: DeltaTable, MERGE, ALTER TABLE on path tables, OPTIMIZE, VACUUM.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+#: lakesync's defaults (docs/stream.md, "Settings that matter", has the measurements behind them).
+SPARK_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": os.environ.get("LAKESYNC_SPARK_DRIVER_MEMORY", "2g"),
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    # Delta rebuilds a table's state with this many tasks; its default (50) is for big clusters.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # Tables lakesync creates mark changed rows instead of rewriting files (deletion vectors).
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
+}
+
+
+def spark_jars() -> list[str]:
+    """The local paths of the ``spark`` jar set (fetched into the cache first if needed)."""
+    return [str(path) for path in ensure_jars("spark")]
+
+
+def submit_conf() -> dict[str, str]:
+    """The settings a ``spark-submit`` of a lakesync app needs at launch: the jars and Delta's extension
+    (they can't be added to a running JVM), then lakesync's defaults."""
+    return {"spark.jars": ",".join(spark_jars()), **DELTA_CONF, **SPARK_DEFAULTS}
+
+
+def submit_args() -> list[str]:
+    """:func:`submit_conf` as ``spark-submit`` arguments (``--conf key=value`` pairs)."""
+    return [part for key, value in submit_conf().items() for part in ("--conf", f"{key}={value}")]
+
+
 def build_spark_session(app_name: str, *, master: str | None = None, extra_conf: dict[str, str] | None = None
                         ) -> SparkSession:
     """A session named ``app_name``: ``master`` and ``extra_conf`` always apply; otherwise the launcher's
@@ -35,17 +80,15 @@ def build_spark_session(app_name: str, *, master: str | None = None, extra_conf:
     # Python workers must run this interpreter, or they won't find lakesync and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     launcher = _launcher_conf()
+    if launcher and DELTA_CONF["spark.sql.extensions"] not in launcher.get("spark.sql.extensions", ""):
+        raise LakesyncError(
+            "this spark-submit was launched without delta-spark (spark.sql.extensions does not name Delta's)",
+            hint="launch lakesync's Spark apps with the settings of lakesync.spark.session.submit_conf() "
+                 "(Airflow's LakesyncSparkSubmitOperator does), or `lakesync jars packages` for --packages")
     builder = SparkSession.builder.appName(app_name)
     if master or "spark.master" not in launcher:
         builder = builder.master(master or os.environ.get("LAKESYNC_SPARK_MASTER", "local[2]"))
-    defaults = {
-        "spark.sql.shuffle.partitions": "4",
-        "spark.ui.enabled": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.driver.memory": os.environ.get("LAKESYNC_SPARK_DRIVER_MEMORY", "2g"),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.python.worker.reuse": "true",
-    }
+    defaults = {**SPARK_DEFAULTS, **DELTA_CONF, "spark.jars": ",".join(spark_jars())}
     settings = {key: value for key, value in defaults.items() if key not in launcher}
     for key, value in {**settings, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
