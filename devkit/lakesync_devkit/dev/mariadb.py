@@ -170,8 +170,13 @@ class MariaDBServer(LocalServer):
 
         SELECT is granted globally so that schemas created later are readable without re-granting; the
         load generator writes as root, never as this user."""
+        self.create_user(user, password, LAKESYNC_GRANTS)
+
+    def create_user(self, user: str, password: str, grants: tuple[str, ...]) -> None:
+        """``user`` with ``password`` and the global ``grants`` (a new password replaces the old), from both
+        loopback host names, as clients connect by socket or by TCP."""
         with self.connect() as conn, conn.cursor() as cur:
             for host in ("localhost", "127.0.0.1"):
                 cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY %s", (password,))
                 cur.execute(f"ALTER USER '{user}'@'{host}' IDENTIFIED BY %s", (password,))
-                cur.execute(f"GRANT {', '.join(LAKESYNC_GRANTS)} ON *.* TO '{user}'@'{host}'")
+                cur.execute(f"GRANT {', '.join(grants)} ON *.* TO '{user}'@'{host}'")

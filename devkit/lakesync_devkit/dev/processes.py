@@ -88,6 +88,20 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
+def peak_rss_mb(pid: int | None) -> float | None:
+    """A process's peak resident memory so far (``VmHWM``), in MB; None when it is not running.
+
+    Not ``getrusage``'s ``ru_maxrss``: after fork and exec that also counts the parent's memory at the fork
+    (Linux carries the old address space's high-water mark over), so a small child of a big parent reads big."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def spawn(argv: list[str], *, log_file: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
     """Start ``argv`` detached from our session, output to ``log_file``; return its pid."""
     log_file.parent.mkdir(parents=True, exist_ok=True)

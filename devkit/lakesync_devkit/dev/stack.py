@@ -18,12 +18,14 @@ from lakesync.core.errors import StackError
 from lakesync.core.state_files import write_json_atomically
 from lakesync_devkit.dev.airflow_home import airflow_env, prepare_airflow_home
 from lakesync_devkit.dev.broker import Broker
+from lakesync_devkit.dev.debezium import DEBEZIUM_GRANTS, ConnectorSettings, DebeziumConnect, SourceDatabase
 from lakesync_devkit.dev.mariadb import MariaDBServer
 from lakesync_devkit.dev.processes import free_port
 
 DEFAULT_STATE_DIR = ".lakesync"
 STATE_DIR_ENV = "LAKESYNC_STATE_DIR"
 LAKESYNC_USER = "lakesync"
+DEBEZIUM_USER = "debezium"
 #: Connection ids the demo pipeline names; the stack defines them for the CLI and for Airflow.
 MYSQL_CONN_ID = "lakesync_demo_mysql"
 KAFKA_CONN_ID = "lakesync_demo_kafka"
@@ -49,6 +51,10 @@ class StackSettings:
     airflow_port: int = 0
     #: Port of the Kafka node's KRaft controller listener.
     broker_controller_port: int = 0
+    #: Port of Kafka Connect's REST listener (Debezium, `lakesync dev debezium up`).
+    debezium_port: int = 0
+    #: Password of the ``debezium`` database user the connector reads as.
+    debezium_password: str = ""
 
     @classmethod
     def from_json(cls, document: dict[str, object]) -> StackSettings:
@@ -66,6 +72,8 @@ class StackSettings:
             lakesync_password=secrets.token_urlsafe(18),
             airflow_port=free_port(),
             broker_controller_port=free_port(),
+            debezium_port=free_port(),
+            debezium_password=secrets.token_urlsafe(18),
         )
 
 
@@ -99,6 +107,10 @@ class DevStack:
             if not self._settings.broker_controller_port:  # a stack made before the broker was Apache Kafka
                 self._settings.broker_controller_port = free_port()
                 self._save(self._settings)
+            if not self._settings.debezium_port:  # a stack made before Debezium ran beside it
+                self._settings.debezium_port = free_port()
+                self._settings.debezium_password = secrets.token_urlsafe(18)
+                self._save(self._settings)
         return self._settings
 
     def _save(self, settings: StackSettings) -> None:
@@ -118,6 +130,29 @@ class DevStack:
     def broker(self) -> Broker:
         return Broker(home=self.state_dir / "broker", port=self.settings.broker_port,
                       controller_port=self.settings.broker_controller_port)
+
+    @property
+    def debezium_home(self) -> Path:
+        return self.state_dir / "debezium"
+
+    def debezium(self, connector: ConnectorSettings | None = None, *, home: Path | None = None) -> DebeziumConnect:
+        """The Kafka Connect worker running Debezium beside the stack: with ``connector``'s settings, else with
+        those of its last start (kept in its home). ``home`` gives another worker its own folder (the
+        benchmark's), on a fresh REST port."""
+        s = self.settings
+        return DebeziumConnect(
+            home=home or self.debezium_home, port=free_port() if home else s.debezium_port,
+            bootstrap=self.broker.bootstrap, connector=connector,
+            source=SourceDatabase("127.0.0.1", s.mariadb_port, DEBEZIUM_USER, s.debezium_password),
+        )
+
+    def start_debezium(self, connector: ConnectorSettings, *, home: Path | None = None,
+                       timeout: float = 120.0) -> DebeziumConnect:
+        """Create the connector's database user and start Debezium; returns the running worker."""
+        self.mariadb.create_user(DEBEZIUM_USER, self.settings.debezium_password, DEBEZIUM_GRANTS)
+        connect = self.debezium(connector, home=home)
+        connect.start(timeout=timeout)
+        return connect
 
     @property
     def airflow_home(self) -> Path:
@@ -147,6 +182,8 @@ class DevStack:
         """Stop the servers; their data stays in the state folder (``--purge`` in the CLI removes it)."""
         if not self.exists():
             return
+        if self.debezium_home.exists():
+            self.debezium().stop()  # before the broker and MariaDB it writes to and reads from
         self.broker.stop()
         self.mariadb.stop()
 
@@ -173,6 +210,23 @@ class DevStack:
                 "log": f"UI: source {self.env_file} && airflow standalone",
             },
             "delta": {"root": str(self.delta_root)},
+            **({"debezium": self.debezium_status()} if (self.debezium_home / "connector.json").exists() else {}),
+        }
+
+    def debezium_status(self) -> dict[str, object]:
+        """Debezium's worker and connector state, for ``status`` (the task's state comes from Connect's REST API)."""
+        connect = self.debezium()
+        report = connect.connector_status() if connect.is_running() else None
+        tasks = [str(task.get("state")) for task in (report or {}).get("tasks", [])]
+        return {
+            "running": connect.is_running(),
+            "address": connect.rest_url,
+            "pid": connect.pid(),
+            "log": str(connect.log_file),
+            "connector": connect.settings.name,
+            "topic_prefix": connect.settings.topic_prefix,
+            "databases": list(connect.settings.databases),
+            "tasks": tasks,
         }
 
     # -- connections ----------------------------------------------------------------------------------
