@@ -102,13 +102,33 @@ class Publisher:
         return self.transactional_id is not None
 
     # -- errors ---------------------------------------------------------------------------------------
+    def _fenced(self, error: KafkaError) -> bool:
+        """Whether ``error`` means a newer producer took our transactional.id. librdkafka says so outright only
+        on the call that met the fencing; a later ``produce`` fails with a bare "Local: Fatal error", and the
+        fencing shows in the error of the next transactional call, so the open transaction is aborted to ask it
+        (the transaction is lost either way). A relay that took a fencing for an outage would start over and
+        fence the newer relay in turn, and the two would take turns forever."""
+        if error.code() in _FENCED:
+            return True
+        if error.code() != KafkaError._FATAL or not self.transactional:
+            return False
+        self._in_transaction = False
+        try:
+            self._producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            return bool(exc.args[0].code() in _FENCED)
+        return False
+
+    def _fenced_error(self, what: str, error: KafkaError) -> RelayFencedError:
+        return RelayFencedError(
+            f"another relay took over: the broker fenced this one's transactional.id {self.transactional_id!r} "
+            f"while trying to {what} ({error.str()})",
+            hint="run one relay per pipeline; this one stops, the newer one goes on from the committed progress")
+
     def _failure(self, what: str, exc: KafkaException) -> BrokerError:
         error: KafkaError = exc.args[0]
-        if error.code() in _FENCED:
-            return RelayFencedError(
-                f"another relay took over: the broker fenced this one's transactional.id {self.transactional_id!r} "
-                f"while trying to {what} ({error.str()})",
-                hint="run one relay per pipeline; this one stops, the newer one goes on from the committed progress")
+        if self._fenced(error):
+            return self._fenced_error(what, error)
         return BrokerUnavailableError(f"the broker failed while the relay tried to {what}: {error.str()}",
                                       hint="check the broker; the relay resumes from its last committed progress")
 
@@ -231,6 +251,9 @@ class Publisher:
                 "progress (re-sent events are harmless)",
             )
         if self._errors:
+            fenced = next((error for error, _ in self._errors if error.code() in _FENCED), None)
+            if fenced is not None:
+                raise self._fenced_error("deliver change events", fenced)
             refusal = self._refusal()
             if refusal is not None:
                 raise refusal
