@@ -1,9 +1,11 @@
 """Test helpers to read and build Delta tables. Never a verdict: "Delta equals the source" is the oracle's
 (tests/oracle.py) to say; these only show what a table holds, or build one the way lakesync would.
 
-- :func:`delta_table` / :func:`delta_rows`: what a Delta table holds, read with delta-rs's own scan (pyarrow's
-  dataset reader can abort the interpreter at exit, docs/sink.md), view types turned into plain ones so that
-  tests can filter, edit and write the rows back;
+- :func:`delta_table` / :func:`delta_rows`: what a Delta table holds, read by the oracle's own Delta reader
+  (``tests.oracle.read_delta_table``): it reads what delta-spark writes and delta-rs's scan cannot (tables
+  with the typeWidening feature), leaves out the rows deletion vectors delete, and gives each column its
+  Delta type as a plain Arrow type, so that tests can filter, edit and write the rows back. It reads files
+  through pyarrow's C++ filesystems, never a Python one, so the exit abort of docs/sink.md cannot happen;
 - :func:`source_arrow`: a source table as lakesync's type map turns it into Arrow, to build a Delta table
   "as the full load would" without running it.
 """
@@ -15,23 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 import pymysql
-from deltalake import DeltaTable
 
-META_PREFIX = "_lakesync_"
-
-
-def _plain(field: pa.Field) -> pa.Field:
-    if pa.types.is_string_view(field.type):
-        return field.with_type(pa.string())
-    if pa.types.is_binary_view(field.type):
-        return field.with_type(pa.binary())
-    return field
+from tests.oracle import META_PREFIX, read_delta_table
 
 
 def delta_table(uri: str | Path, *, lakesync_columns: bool = True) -> pa.Table:
-    """Every row of the table's newest version (with or without lakesync's ``_lakesync_*`` columns)."""
-    table = pa.RecordBatchReader.from_stream(DeltaTable(str(uri)).scan()).read_all()
-    table = table.cast(pa.schema([_plain(field) for field in table.schema]))
+    """Every live row of the table's newest version (with or without lakesync's ``_lakesync_*`` columns)."""
+    table = read_delta_table(str(uri))
     if not lakesync_columns:
         table = table.select([name for name in table.column_names if not name.startswith(META_PREFIX)])
     return table

@@ -5,9 +5,11 @@ map, its sink or ``lakesync validate`` cannot make it agree. It reads
 
 - the **source** with plain SQL over PyMySQL, with PyMySQL's own value conversions, and learns each column's
   type and the table's key from ``information_schema``;
-- the **Delta table** by replaying its transaction log itself (``_delta_log/*.json`` and checkpoint Parquet
-  files) and reading the live data files with pyarrow's Parquet reader: not through delta-rs, the library
-  lakesync writes with.
+- the **Delta table** by replaying its transaction log itself (commits and checkpoints of every kind,
+  ``tests/oracle_delta_log.py``), reading the live data files with pyarrow's Parquet reader, leaving out the
+  rows their deletion vectors delete (``tests/oracle_deletion_vectors.py``) and reading each column as the
+  table's current type, also in files written before a type widening (``tests/oracle_delta_types.py``):
+  not through delta-rs nor delta-spark, the libraries lakesync writes with.
 
 Both sides are turned into plain Python values by the table below, then compared row by row on the source
 key. The table is the oracle's whole idea of "equal"; it follows the documented type map (docs/types.md):
@@ -27,24 +29,29 @@ key. The table is the oracle's whole idea of "equal"; it follows the documented 
 | spatial types | read as ``ST_AsWKB(c)`` (no SRID) | WKB ``bytes`` | ``bytes`` |
 
 Rows in Delta are taken as they are: a row the sink marked deleted but left visible is a difference, not
-something to filter out (readers of the target must see live rows only). lakesync's own ``_lakesync_*``
-columns are left out; columns Delta has that the source no longer has (dropped columns) are ignored.
+something to filter out (readers of the target must see live rows only; a row a deletion vector deletes is
+not live, as for every Delta reader). lakesync's own ``_lakesync_*`` columns are left out; columns Delta has
+that the source no longer has (dropped columns) are ignored.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pymysql
+
+from tests.oracle_deletion_vectors import deleted_rows
+from tests.oracle_delta_log import LiveFile, replay_log
+from tests.oracle_delta_types import arrow_schema, read_as
 
 META_PREFIX = "_lakesync_"
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"}
@@ -154,68 +161,40 @@ def _filesystem(uri: str, storage_options: Mapping[str, str] | None) -> tuple[pa
     raise AssertionError(f"oracle: cannot read {uri!r} (local paths and s3:// only)")
 
 
-@dataclass
-class DeltaSnapshot:
-    """The table's live files and schema at its newest version, from the log alone."""
+def read_delta_table(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The live rows of the Delta table at its newest version, every column typed as its current schema says.
 
-    version: int
-    schema: dict[str, Any]
-    files: list[str] = field(default_factory=list)
-
-
-def replay_log(fs: pafs.FileSystem, root: str) -> DeltaSnapshot:
-    log_dir = posixpath.join(root, "_delta_log")
-    entries = fs.get_file_info(pafs.FileSelector(log_dir))
-    commits = sorted((int(posixpath.basename(e.path)[:20]), e.path) for e in entries
-                     if e.path.endswith(".json") and posixpath.basename(e.path)[:20].isdigit())
-    checkpoints = sorted((int(posixpath.basename(e.path)[:20]), e.path) for e in entries
-                         if ".checkpoint." in e.path and e.path.endswith(".parquet"))
-    if not commits and not checkpoints:
-        raise AssertionError(f"oracle: {root} is not a Delta table (no _delta_log entries)")
-    active: dict[str, dict[str, Any]] = {}
-    metadata: dict[str, Any] | None = None
-    start = -1
-    if checkpoints:
-        start = checkpoints[-1][0]
-        for path in (p for v, p in checkpoints if v == start):  # a multi-part checkpoint has several files
-            for action in pq.read_table(path, filesystem=fs).to_pylist():
-                metadata = _apply_action(action, active, metadata)
-    for version, path in commits:
-        if version <= start:
-            continue
-        with fs.open_input_stream(path) as stream:
-            for line in stream.read().decode().splitlines():
-                if line.strip():
-                    metadata = _apply_action(json.loads(line), active, metadata)
-    if metadata is None:
-        raise AssertionError(f"oracle: {root} has no metaData action")
-    if metadata.get("partitionColumns"):
-        raise AssertionError("oracle: partitioned tables are not supported")
-    mode = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none")
-    if mode != "none":
-        raise AssertionError(f"oracle: column mapping mode {mode!r} is not supported")
-    if any(add.get("deletionVector") for add in active.values()):
-        raise AssertionError("oracle: deletion vectors are not supported")
-    version = max([v for v, _ in commits] + [start])
-    return DeltaSnapshot(version, json.loads(metadata["schemaString"]),
-                         [posixpath.join(root, _unescape(p)) for p in sorted(active)])
+    Live rows: the rows of the snapshot's data files minus those their deletion vectors delete. A file written
+    before a type widening is read as the wider type, one written before ADD COLUMN has NULL in that column
+    (``tests/oracle_delta_types.py`` says which stored types are accepted)."""
+    fs, root = _filesystem(uri, storage_options)
+    root = root.rstrip("/")
+    snapshot = replay_log(fs, root)
+    schema = arrow_schema(snapshot.schema)
+    parts = [_live_rows(fs, root, live, schema) for live in snapshot.files]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def _unescape(path: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(path)
-
-
-def _apply_action(action: Mapping[str, Any], active: dict[str, dict[str, Any]],
-                  metadata: dict[str, Any] | None) -> dict[str, Any] | None:
-    if action.get("add"):
-        active[action["add"]["path"]] = action["add"]
-    elif action.get("remove"):
-        active.pop(action["remove"]["path"], None)
-    elif action.get("metaData"):
-        metadata = action["metaData"]
-    return metadata
+def _live_rows(fs: pafs.FileSystem, root: str, live: LiveFile, schema: pa.Schema) -> pa.Table:
+    with fs.open_input_file(live.path) as file:
+        # Spark stores ``timestamp`` as INT96: read in microseconds, nanoseconds would overflow past 2262
+        parquet = pq.ParquetFile(file, coerce_int96_timestamp_unit="us")
+        present = set(parquet.schema_arrow.names)
+        stored = parquet.read(columns=[name for name in schema.names if name in present])
+        rows = parquet.metadata.num_rows
+    # read_as gives each column its schema type or fails; from_arrays would otherwise cast silently (even text)
+    table = pa.Table.from_arrays(
+        [read_as(stored.column(f.name), f, live.path) if f.name in present else pa.nulls(rows, f.type)
+         for f in schema], schema=schema)
+    if not live.deletion_vector:
+        return table
+    deleted = deleted_rows(live.deletion_vector, fs, root)
+    if len(deleted) and deleted[-1] >= rows:
+        raise AssertionError(f"oracle: the deletion vector of {live.path} deletes row {deleted[-1]}, "
+                             f"the file has {rows} rows")
+    keep = np.ones(rows, dtype=bool)
+    keep[deleted] = False
+    return table.filter(pa.array(keep))
 
 
 def read_delta(uri: str, storage_options: Mapping[str, str] | None = None, *, lakesync_columns: bool = False
@@ -223,17 +202,9 @@ def read_delta(uri: str, storage_options: Mapping[str, str] | None = None, *, la
     """The user columns (schema order) and rows of the Delta table at its newest version.
 
     ``lakesync_columns`` keeps the ``_lakesync_*`` columns too (to check an append log's positions)."""
-    fs, root = _filesystem(uri, storage_options)
-    snapshot = replay_log(fs, root.rstrip("/"))
-    names = [f["name"] for f in snapshot.schema["fields"]
-             if lakesync_columns or not f["name"].startswith(META_PREFIX)]
-    rows: list[dict[str, Any]] = []
-    for path in snapshot.files:
-        table = pq.read_table(path, filesystem=fs)
-        present = [name for name in names if name in table.column_names]
-        for row in table.select(present).to_pylist():
-            rows.append({name: row.get(name) for name in names})  # a file written before ADD COLUMN: NULL
-    return names, rows
+    table = read_delta_table(uri, storage_options)
+    names = [name for name in table.column_names if lakesync_columns or not name.startswith(META_PREFIX)]
+    return names, table.select(names).to_pylist()
 
 
 def _from_delta(column: SourceColumn, value: Any) -> Any:
