@@ -7,9 +7,11 @@ map, its sink or ``lakesync validate`` cannot make it agree. It reads
   type and the table's key from ``information_schema``;
 - the **Delta table** by replaying its transaction log itself (commits and checkpoints of every kind,
   ``tests/oracle_delta_log.py``), reading the live data files with pyarrow's Parquet reader, leaving out the
-  rows their deletion vectors delete (``tests/oracle_deletion_vectors.py``) and reading each column as the
-  table's current type, also in files written before a type widening (``tests/oracle_delta_types.py``):
-  not through delta-rs nor delta-spark, the libraries lakesync writes with.
+  rows their deletion vectors delete (``tests/oracle_deletion_vectors.py``), finding each column under its
+  physical name or field id when the table maps column names and taking partition columns from the log
+  (``tests/oracle_delta_columns.py``), and reading each column as the table's current type, also in files
+  written before a type widening (``tests/oracle_delta_types.py``): not through delta-rs nor delta-spark, the
+  libraries lakesync writes with.
 
 Both sides are turned into plain Python values by the table below, then compared row by row on the source
 key. The table is the oracle's whole idea of "equal"; it follows the documented type map (docs/types.md):
@@ -50,6 +52,7 @@ import pyarrow.parquet as pq
 import pymysql
 
 from tests.oracle_deletion_vectors import deleted_rows
+from tests.oracle_delta_columns import TableColumn, partition_columns_of, stored_names, table_columns
 from tests.oracle_delta_log import LiveFile, replay_log
 from tests.oracle_delta_types import arrow_schema, read_as
 
@@ -164,28 +167,33 @@ def _filesystem(uri: str, storage_options: Mapping[str, str] | None) -> tuple[pa
 def read_delta_table(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
     """The live rows of the Delta table at its newest version, every column typed as its current schema says.
 
-    Live rows: the rows of the snapshot's data files minus those their deletion vectors delete. A file written
-    before a type widening is read as the wider type, one written before ADD COLUMN has NULL in that column
+    Live rows: the rows of the snapshot's data files minus those their deletion vectors delete. Columns have
+    their logical names (the ones readers see, under column mapping too). A file written before a type widening
+    is read as the wider type, one written before ADD COLUMN has NULL in that column
     (``tests/oracle_delta_types.py`` says which stored types are accepted)."""
     fs, root = _filesystem(uri, storage_options)
     root = root.rstrip("/")
     snapshot = replay_log(fs, root)
     schema = arrow_schema(snapshot.schema)
-    parts = [_live_rows(fs, root, live, schema) for live in snapshot.files]
+    columns = table_columns(snapshot.schema, snapshot.configuration, snapshot.partition_columns)
+    parts = [_live_rows(fs, root, live, schema, columns) for live in snapshot.files]
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def _live_rows(fs: pafs.FileSystem, root: str, live: LiveFile, schema: pa.Schema) -> pa.Table:
+def _live_rows(fs: pafs.FileSystem, root: str, live: LiveFile, schema: pa.Schema,
+               columns: list[TableColumn]) -> pa.Table:
     with fs.open_input_file(live.path) as file:
         # Spark stores ``timestamp`` as INT96: read in microseconds, nanoseconds would overflow past 2262
         parquet = pq.ParquetFile(file, coerce_int96_timestamp_unit="us")
-        present = set(parquet.schema_arrow.names)
-        stored = parquet.read(columns=[name for name in schema.names if name in present])
+        stored_as = stored_names(columns, parquet.schema_arrow, live.path)
+        stored = parquet.read(columns=list(stored_as.values()))
         rows = parquet.metadata.num_rows
+    partitions = partition_columns_of(columns, live.partition_values, rows, live.path)
     # read_as gives each column its schema type or fails; from_arrays would otherwise cast silently (even text)
     table = pa.Table.from_arrays(
-        [read_as(stored.column(f.name), f, live.path) if f.name in present else pa.nulls(rows, f.type)
-         for f in schema], schema=schema)
+        [partitions[f.name] if f.name in partitions
+         else read_as(stored.column(stored_as[f.name]), f, live.path) if f.name in stored_as
+         else pa.nulls(rows, f.type) for f in schema], schema=schema)
     if not live.deletion_vector:
         return table
     deleted = deleted_rows(live.deletion_vector, fs, root)

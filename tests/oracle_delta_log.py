@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-#: Reader features the oracle implements (columnMapping only in mode "none", checked with the metadata).
+#: Reader features the oracle implements (column mapping: tests/oracle_delta_columns.py).
 READER_FEATURES = {"deletionVectors", "typeWidening", "typeWidening-preview", "timestampNtz", "v2Checkpoint",
                    "vacuumProtocolCheck", "columnMapping"}
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -49,6 +49,8 @@ class LiveFile:
 
     path: str  # on the table's filesystem
     deletion_vector: Mapping[str, Any] | None = None
+    #: ``add.partitionValues``: text or None, keyed by physical name under column mapping
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class DeltaSnapshot:
     version: int
     schema: dict[str, Any]
     configuration: dict[str, str] = field(default_factory=dict)
+    partition_columns: list[str] = field(default_factory=list)  # logical names
     files: list[LiveFile] = field(default_factory=list)
 
 
@@ -131,15 +134,12 @@ class _State:
             raise AssertionError(f"oracle: {root} has no {'metaData' if self.metadata is None else 'protocol'} "
                                  "action")
         _check_protocol(root, self.protocol)
-        configuration = _as_dict(self.metadata.get("configuration"))
-        if self.metadata.get("partitionColumns"):
-            raise AssertionError("oracle: partitioned tables are not supported")
-        mode = configuration.get("delta.columnMapping.mode", "none")
-        if mode != "none":
-            raise AssertionError(f"oracle: column mapping mode {mode!r} is not supported")
-        files = [LiveFile(table_path(root, add["path"]), add.get("deletionVector") or None)
+        files = [LiveFile(table_path(root, add["path"]), add.get("deletionVector") or None,
+                          _as_dict(add.get("partitionValues")))
                  for _, add in sorted(self.files.items(), key=lambda item: (item[0][0], item[0][1] or ""))]
-        return DeltaSnapshot(version, json.loads(self.metadata["schemaString"]), configuration, files)
+        return DeltaSnapshot(version, json.loads(self.metadata["schemaString"]),
+                             _as_dict(self.metadata.get("configuration")),
+                             list(self.metadata.get("partitionColumns") or ()), files)
 
 
 def _check_protocol(root: str, protocol: Mapping[str, Any]) -> None:
@@ -150,7 +150,7 @@ def _check_protocol(root: str, protocol: Mapping[str, Any]) -> None:
                              f"{sorted(unknown)}, which the oracle does not implement")
 
 
-def _as_dict(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> dict[str, str]:
+def _as_dict(value: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> dict[str, Any]:
     """A map from the log: a JSON object in a commit, a list of pairs when pyarrow reads a checkpoint."""
     return dict(value or {})
 

@@ -10,12 +10,18 @@ a file holding a type its table's schema doesn't allow is a writer's bug, not so
 
 Only the primitive types lakesync's type map produces (docs/types.md) are read; a table with nested types
 (array, map, struct) or another type is refused.
+
+A partition column's value is not in the data file but in the log, as text (PROTOCOL.md, "Partition Value
+Serialization"); :func:`partition_value` reads that text as the column's type, and refuses text that isn't
+one of the protocol's forms rather than guessing.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -104,3 +110,65 @@ def _readable_as(stored: pa.DataType, target: pa.DataType) -> bool:
         digits = {8: 10, 16: 10, 32: 10, 64: 20}.get(stored.bit_width) if stored in _INTEGERS else None
         return digits is not None and target.precision - target.scale >= digits
     return False
+
+
+#: Partition values as the protocol writes them: booleans in lower case, numbers as decimal text (floats also
+#: ``NaN``, ``Infinity``, ``-Infinity``), dates ``yyyy-MM-dd``.
+_BOOLEANS = {"true": True, "false": False}
+_INTEGER_TEXT = re.compile(r"^-?\d+$")
+_FLOAT_TEXT = re.compile(r"^(-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|NaN|-?Infinity)$")
+_DECIMAL_TEXT = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+_DATE_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+#: ``yyyy-MM-dd HH:mm:ss[.SSSSSS]``, or ISO 8601 in UTC (``yyyy-MM-ddTHH:mm:ss[.SSSSSS]Z``), which delta-spark
+#: 4.4 writes for ``timestamp`` (``timestamp_ntz`` gets the first form).
+_TIMESTAMP_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z)?$")
+
+
+def partition_value(text: str | None, delta_type: Any, column: str) -> pa.Scalar:
+    """A partition value from ``add.partitionValues`` (text, or None for null) as a scalar of the column's type.
+
+    Null is null. The empty string is null too by the protocol, and so delta-spark reads it for every type but
+    ``string`` and ``binary``, where it reads ``''`` and ``b''``: there, readers disagree and the oracle refuses
+    the value (delta-spark itself never writes it: it writes an empty string or binary as null). A timestamp without ``Z`` is, by the protocol, in the writer's time
+    zone: the oracle reads it as UTC for ``timestamp`` (lakesync's Spark sessions run in UTC; delta-rs and Delta
+    Kernel read it so too) and as a wall-clock time for ``timestamp_ntz``. Text that is not the type's form, or a
+    value the type cannot hold (300 for a ``byte``, 1.234 for a ``decimal(10,2)``), is an error."""
+    target = arrow_type(delta_type, column)
+    if text == "" and delta_type in ("string", "binary"):
+        raise AssertionError(f"oracle: partition column {column!r} ({delta_type}) has value '', null by the "
+                             "protocol and empty by delta-spark's reader: the oracle does not pick one")
+    if not text:
+        return pa.scalar(None, target)
+    try:
+        value = _parse_partition_text(text, delta_type if isinstance(delta_type, str) else None)
+        if value is not None:
+            return pa.scalar(value, target)
+    except (ValueError, ArithmeticError, pa.ArrowInvalid) as exc:
+        problem = f": {exc}"
+    else:
+        problem = ""
+    raise AssertionError(f"oracle: partition column {column!r} ({delta_type}) has value {text!r}, which is not "
+                         f"the protocol's serialization of a {delta_type}{problem}")
+
+
+def _parse_partition_text(text: str, kind: str | None) -> Any:
+    """The value of ``text`` for a column of Delta type ``kind``, or None if it isn't that type's form."""
+    if kind == "string":
+        return text
+    if kind == "binary":
+        return text.encode()  # the writer's text of the bytes; delta-spark turns bytes to text as UTF-8
+    if kind == "boolean":
+        return _BOOLEANS.get(text)
+    if kind in ("byte", "short", "integer", "long"):
+        return int(text) if _INTEGER_TEXT.match(text) else None
+    if kind in ("float", "double"):
+        return float(text) if _FLOAT_TEXT.match(text) else None
+    if kind == "date":
+        return dt.date.fromisoformat(text) if _DATE_TEXT.match(text) else None
+    if kind in ("timestamp", "timestamp_ntz") and (m := _TIMESTAMP_TEXT.match(text)):
+        if kind == "timestamp_ntz":
+            return None if m[2] else dt.datetime.fromisoformat(text)
+        return dt.datetime.fromisoformat(text.removesuffix("Z")).replace(tzinfo=dt.UTC)
+    if kind is not None and _DECIMAL.match(kind) and _DECIMAL_TEXT.match(text):
+        return Decimal(text)
+    return None
