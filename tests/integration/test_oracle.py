@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from lakesync.sink.tables import column_mapping_for
 from tests.oracle import compare_table, read_delta, read_delta_table
 from tests.oracle_deletion_vectors import Z85_ALPHABET
 
@@ -295,12 +294,11 @@ def _names_in_files(path: str) -> set[str]:
 
 @pytest.mark.spark
 def test_columns_named_with_characters_delta_refuses_unmapped_are_read_by_their_physical_names(spark, tmp_path):
-    """lakesync maps names by ``name`` for such columns (``column_mapping_for``); Parquet then holds delta-spark's
-    ``col-<uuid>`` names only, and the names readers see are in the log alone."""
+    """Such columns need column mapping by ``name``; Parquet then holds delta-spark's ``col-<uuid>`` names only,
+    and the names readers see are in the log alone."""
     path = str(tmp_path / "t")
     names = ["id", *_REFUSED_NAMES]
-    options = column_mapping_for(names)
-    assert options.get("delta.columnMapping.mode") == "name"
+    options = {"delta.columnMapping.mode": "name"}
     rows = [(i, *(f"{i}:{name}" for name in _REFUSED_NAMES)) for i in range(10)]
     schema = "id BIGINT, " + ", ".join(f"`{name}` STRING" for name in _REFUSED_NAMES)
     spark.createDataFrame(rows, schema).coalesce(1).write.format("delta").options(**options).save(path)
