@@ -118,6 +118,12 @@ def _bits(value: str) -> int:
     return int.from_bytes(base64.b64decode(value), "little")
 
 
+def _geometry_wkb(value: Mapping[str, Any]) -> str:
+    """``io.debezium.data.geometry.Geometry``/``Point`` is ``{wkb, srid}``; lakesync stores the WKB alone (base64
+    in its JSON form), as the full load does with MySQL's SRID-prefixed value."""
+    return str(value["wkb"])
+
+
 def _boolean(value: Any) -> int:
     """Debezium writes BIT(1) as a boolean; lakesync's BIT is an unsigned integer."""
     return int(value)
@@ -136,6 +142,8 @@ _BY_NAME: dict[str, Callable[[Any], Any]] = {
     "io.debezium.time.NanoTime": _time_micros(1_000_000_000),
     "io.debezium.data.VariableScaleDecimal": _variable_scale_decimal,
     "io.debezium.data.Bits": _bits,
+    "io.debezium.data.geometry.Geometry": _geometry_wkb,
+    "io.debezium.data.geometry.Point": _geometry_wkb,
 }
 
 
