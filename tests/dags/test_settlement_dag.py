@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -22,12 +23,29 @@ def _scan(uri, columns: list[str] | None = None) -> pa.Table:
     return pa.RecordBatchReader.from_stream(DeltaTable(str(uri)).scan(columns=columns)).read_all()
 
 
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """One migrated Airflow home for the module; each test brings its own pipelines folder."""
+    return tmp_path_factory.mktemp("airflow_home")
+
+
+@pytest.fixture(scope="module")
+def module_delta_root(tmp_path_factory) -> Path:
+    """The Delta root of every test in the module. The settle task's outlet is the table's asset, named
+    ``lakesync.settle.transactions`` and located at the table's URI; Airflow keeps one active asset per name,
+    so a second root under the same name in the shared Airflow home can make the task's asset inactive (the
+    task then fails before it runs: AirflowInactiveAssetInInletOrOutletException). Each test starts with the
+    root empty instead."""
+    return tmp_path_factory.mktemp("settle_delta") / "delta"
+
+
 @pytest.fixture
-def settle_pipeline(stack, fresh_database, tmp_path) -> tuple[Path, Path]:
+def settle_pipeline(stack, fresh_database, tmp_path, module_delta_root) -> tuple[Path, Path]:
     """A pipeline file ``settle.yaml`` over a fresh demo database; returns (pipelines dir, Delta root)."""
     with stack.mariadb.connect() as conn:
         create_demo_database(conn, fresh_database)
-    pipelines, delta_root = tmp_path / "pipelines", tmp_path / "delta"
+    pipelines, delta_root = tmp_path / "pipelines", module_delta_root
+    shutil.rmtree(delta_root, ignore_errors=True)
     pipelines.mkdir()
     (pipelines / "settle.yaml").write_text(yaml.safe_dump({
         "name": "settle",
@@ -39,12 +57,6 @@ def settle_pipeline(stack, fresh_database, tmp_path) -> tuple[Path, Path]:
         "state_dir": str(tmp_path / "state"),
     }))
     return pipelines, delta_root
-
-
-@pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Path:
-    """One migrated Airflow home for the module; each test brings its own pipelines folder."""
-    return tmp_path_factory.mktemp("airflow_home")
 
 
 @pytest.fixture
