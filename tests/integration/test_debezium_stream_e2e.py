@@ -72,14 +72,15 @@ EDGES = [
 def _row(key: int, rnd: random.Random) -> tuple:
     """An ordinary row with random values of every column. The UUID never ends in a zero byte: Debezium 3.5's
     MariaDB connector streams such a UUID shifted by the stripped zero bytes (``2ae0ceba-...-39ab92bf6f00``
-    arrives as ``002ae0ce-...-4b39ab92bf6f``; seen in this test), which no decoder can undo (docs/debezium.md)."""
+    arrives as ``002ae0ce-...-4b39ab92bf6f``; seen in this test), which no decoder can undo (docs/debezium.md). FLOAT values have at most 6 significant digits: Debezium's
+    events carry a FLOAT rounded to 6 (-241052.859375 arrived as -241053.0 in a CI run; docs/debezium.md)."""
     sign = rnd.choice([-1, 1])
     return (key, rnd.randint(-128, 127), rnd.randint(0, 255), rnd.randint(-128, 127), rnd.randint(-32768, 32767),
             rnd.randint(0, 65535), rnd.randint(-8388608, 8388607), rnd.randint(0, 16777215),
             rnd.randint(-(2**31), 2**31 - 1), rnd.randint(0, 2**32 - 1), rnd.randint(-(2**63), 2**63 - 1),
             rnd.randint(0, 2**64 - 1), f"{sign * rnd.randint(0, 10**10 - 1) / 100:.2f}",
             f"{sign * rnd.randint(0, 10**20)}.{rnd.randint(0, 10**10 - 1):010d}",
-            f"{sign * rnd.randint(0, 10**35 - 1)}.{rnd.randint(0, 10**30 - 1):030d}", rnd.uniform(-1e6, 1e6),
+            f"{sign * rnd.randint(0, 10**35 - 1)}.{rnd.randint(0, 10**30 - 1):030d}", rnd.randint(-9999, 9999) / 4,
             rnd.uniform(-1e300, 1e300), rnd.randint(0, 1), rnd.randint(0, 1023), rnd.randint(0, 2**64 - 1),
             f"{rnd.randint(1000, 9999)}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}",
             f"{rnd.randint(1000, 9999)}-01-02 03:04:05", f"2020-05-06 07:08:09.{rnd.randint(0, 999):03d}",
