@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -26,7 +25,6 @@ from lakesync.jvm.fetch import classpath
 from lakesync_devkit.dev.processes import (
     LocalServer,
     ensure_port_free,
-    pid_alive,
     port_is_open,
     spawn,
     stop_pid,
@@ -176,11 +174,3 @@ class Broker(LocalServer):
         stop_pid(self.pid(), timeout=30.0)
         self.pid_file.unlink(missing_ok=True)
 
-    def kill(self) -> None:
-        """SIGKILL the broker (fault tests): no clean shutdown, as in a crash or an OOM kill."""
-        pid = self.pid()
-        if pid_alive(pid):
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: not pid_alive(pid), timeout=10, what="the killed broker to exit")
-        self.pid_file.unlink(missing_ok=True)

@@ -21,9 +21,7 @@ newer than the key's), so replays change nothing. docs/debezium.md explains each
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import time
 import urllib.error
 import urllib.request
@@ -344,14 +342,6 @@ class DebeziumConnect(LocalServer):
         stop_pid(self.pid(), timeout=30.0)
         self.pid_file.unlink(missing_ok=True)
 
-    def kill(self) -> None:
-        """SIGKILL, as a crash: what was produced since the last offset flush is sent again on restart."""
-        pid = self.pid()
-        if pid_alive(pid):
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: not pid_alive(pid), timeout=10, what="the killed Connect JVM to exit")
-        self.pid_file.unlink(missing_ok=True)
 
     def reset(self) -> None:
         """Forget the connector's offsets and schema history: the next start snapshots afresh."""

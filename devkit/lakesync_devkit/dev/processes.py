@@ -175,3 +175,12 @@ class LocalServer:
 
     def is_running(self) -> bool:
         return pid_alive(self.pid()) and port_is_open(self.host, self.port)
+
+    def kill(self) -> None:
+        """SIGKILL (fault tests): no clean shutdown, as in a crash or an OOM kill."""
+        pid = self.pid()
+        if pid_alive(pid):
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not pid_alive(pid), timeout=10, what=f"the killed {self.name} to exit")
+        self.pid_file.unlink(missing_ok=True)
