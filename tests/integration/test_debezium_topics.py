@@ -19,6 +19,7 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import GapError
 from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import EventFormatError
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import checkpoint_dir, run_stream
 from tests.oracle import assert_tables_match
@@ -134,4 +135,22 @@ def test_debezium_topic_starting_after_the_full_load_is_refused(loaded, broker, 
         run_stream(pipeline, once=True, spark=spark)
 
     assert "re-run the full load" in str(refused.value.hint)
+    assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
+
+
+def test_debezium_topic_written_without_schemas_is_refused_with_the_setting_to_change(
+        loaded, broker, fresh_database, spark):
+    """``value.converter.schemas.enable=false``: each value is Debezium's payload alone. The stream stops before
+    planning a batch, naming the setting, instead of storing DECIMAL, BIT and dates as raw bytes and numbers."""
+    pipeline, p = loaded
+    records = [(json.dumps({"id": k}).encode(),
+                json.dumps(json.loads(_debezium_event(fresh_database, "r", None, _debezium_row(k, *values), p, 0))
+                           ["payload"]).encode())
+               for k, values in ROWS.items()]
+    _produce(broker.bootstrap, pipeline.topic("ledger"), records)
+
+    with pytest.raises(EventFormatError, match=r"schemas\.enable=false") as refused:
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert "value.converter.schemas.enable=true" in str(refused.value.hint)
     assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
