@@ -14,9 +14,10 @@ topic may have been re-partitioned): the sink's own reduction on the driver take
 What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary value) plus
 the raw records of the schema-change topic, which the driver decodes itself (there are few), and for the
 topics of stopped tables the newest position read (what a stopped table did not get). Records that
-do not decode with the table's current schema (a column changed type in this very batch) go to the driver
-raw as well: it decodes them with the record decoder after applying the batch's schema changes, as the
-stream always did, so a DDL in the middle of a batch is handled exactly as before.
+do not decode with the table's current schema (a column changed type in this very batch, or Debezium's
+events carrying a column the table lacks) go to the driver raw as well: it decodes them with the record
+decoder after applying the batch's schema changes, as the stream always did, so a DDL in the middle of a
+batch is handled exactly as before.
 """
 
 from __future__ import annotations
