@@ -84,3 +84,10 @@ def test_a_record_the_real_connector_wrote_without_its_schema_is_refused_with_th
         decode(bare)
     assert "value.converter.schemas.enable=true" in (refused.value.hint or "")
     assert "mariadb connector, version 3.5.0.Final" in refused.value.message
+
+
+def test_events_with_the_same_columns_share_one_column_list() -> None:
+    """Every Debezium record carries its schema; a batch's decoded events must not each keep a copy alive."""
+    first, second = decode(_value("after_ddl")), decode(_value("after_ddl"))
+    assert first.row_fields is not None and first.row_fields is second.row_fields
+    assert decode(_value("before_ddl")).row_fields is not first.row_fields

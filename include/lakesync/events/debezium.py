@@ -162,12 +162,27 @@ def field_converter(field_schema: Mapping[str, Any]) -> Callable[[Any], Any] | N
     return None
 
 
-def row_fields(schema: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+RowFields = tuple[Mapping[str, Any], ...]
+#: one shared tuple per distinct column list: every event carries its schema, and a batch's events must not
+#: each keep their own copy alive (bounded: cleared when it grows past _ROW_FIELDS_MAX column lists)
+_row_fields: dict[tuple[str, ...], RowFields] = {}
+_ROW_FIELDS_MAX = 1024
+
+
+def row_fields(schema: Mapping[str, Any]) -> RowFields | None:
     """The column schemas of the row images (the ``after`` struct, the same as ``before``): what a column that
-    appears in the events is, as Debezium describes it. None when the schema has no row struct."""
+    appears in the events is, as Debezium describes it; the same object for every event with the same columns.
+    None when the schema has no row struct."""
     for part in schema.get("fields") or ():
         if part.get("field") in ("after", "before") and part.get("type") == "struct":
-            return list(part.get("fields") or ())
+            fields = part.get("fields") or ()
+            names = tuple(str(column.get("field")) for column in fields)
+            shared = _row_fields.get(names)
+            if shared is None:
+                if len(_row_fields) >= _ROW_FIELDS_MAX:
+                    _row_fields.clear()
+                shared = _row_fields[names] = tuple(fields)
+            return shared
     return None
 
 

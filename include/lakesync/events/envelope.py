@@ -32,6 +32,7 @@ from lakesync.core.positions import MIN_KEY, SourcePosition, binlog_file_index, 
 from lakesync.events.debezium import (
     LAKESYNC_EVENT_FORMAT,
     EventFormatError,
+    RowFields,
     convert_row,
     envelope_converters,
     position_from_source_block,
@@ -88,7 +89,7 @@ class ChangeEvent:
     emitted_ms: int | None = None
     #: the row images' column schemas, for events Debezium wrote with its schema (None for lakesync's): a
     #: column there that the Delta table lacks was added at the source (lakesync.stream.decode.added_columns)
-    row_fields: list[Mapping[str, Any]] | None = None
+    row_fields: RowFields | None = None
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -89,15 +89,22 @@ class TableChanges:
         their schema changes travel on the schema topic. Sorted by first position, then name."""
         known = set(schema.names)
         found: dict[str, AddedColumn] = {}
+        unknown_by_fields: dict[int, list[Mapping[str, Any]]] = {}  # events share their column list's object
         for event in self.events:
-            if event.row_fields is None or all(column.get("field") in known for column in event.row_fields):
+            if event.row_fields is None:
+                continue
+            unknown = unknown_by_fields.get(id(event.row_fields))
+            if unknown is None:
+                unknown = unknown_by_fields[id(event.row_fields)] = [
+                    column for column in event.row_fields if column.get("field") not in known]
+            if not unknown:
                 continue
             key = event.position.key()
             if key <= after:
                 continue
-            for column in event.row_fields:
+            for column in unknown:
                 name = str(column.get("field"))
-                if name not in known and (name not in found or key < found[name].first_position):
+                if name not in found or key < found[name].first_position:
                     found[name] = AddedColumn(name, describe_field(column), key)
         return sorted(found.values(), key=lambda c: (c.first_position, c.name))
 
