@@ -172,6 +172,11 @@ class Monitoring(_Strict):
     )
     history_interval_seconds: float = Field(default=60, gt=0, description="One history row per table per interval.")
     history_retention_days: float = Field(default=14, gt=0, description="History rows older than this are deleted.")
+    binlog_expiry_warning_seconds: float = Field(
+        default=6 * 3600, ge=0,
+        description="`lakesync status` and the health DAG warn when the binlog file the relay still needs may "
+        "expire on the source (binlog_expire_logs_seconds / expire_logs_days) within this many seconds.",
+    )
 
     @field_validator("metrics_address")
     @classmethod

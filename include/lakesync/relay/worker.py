@@ -9,7 +9,11 @@ events re-sent from there are harmless because the sink orders changes by their 
 
 Start position, first found wins: ``from_position`` (``--from-position``) > the stored progress > the
 position the last full load recorded (``<pipeline state dir>/full_load.json``) > the server's current
-position. The choice is logged.
+position. The choice is logged. One exception: when the stored progress is no longer on the server (the
+binlog was purged) and the full load's position is newer, the load re-captured every table after the stored
+progress (``full_load.json`` keeps the smallest position of all loaded tables), so the relay starts from the
+load's position, once the load has finished: after a purge, ``lakesync snapshot --pipeline NAME --restart``
+is the whole recovery.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pymysql
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.errors import (
+    BinlogPurgedError,
     BrokerError,
     BrokerUnavailableError,
     LakesyncError,
@@ -41,6 +46,7 @@ from lakesync.events.envelope import (
     encode,
     encode_schema_change,
 )
+from lakesync.full_load.state import LoadState
 from lakesync.monitoring.metrics import PipelineMetrics
 from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
@@ -100,6 +106,20 @@ def full_load_position(pipeline: Pipeline) -> SourcePosition | None:
     except (OSError, ValueError, KeyError, TypeError, LakesyncError) as exc:
         log.warning("ignoring %s: it has no readable position (%s)", path, exc)
         return None
+
+
+def _finished_load_position(pipeline: Pipeline) -> SourcePosition | None:
+    """The full load's position once the load has finished (every table it selected is loaded at or after it)."""
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    return state.position if state.finished_at else None
+
+
+def _not_on_server(conn: Any, position: SourcePosition) -> bool:
+    try:
+        check_position_available(conn, position)
+    except BinlogPurgedError:
+        return True
+    return False
 
 
 class Relay:
@@ -190,6 +210,10 @@ class Relay:
         if explicit is not None:
             return explicit, "--from-position"
         if stored is not None:
+            reloaded = _finished_load_position(self.pipeline)
+            if reloaded is not None and reloaded > stored.position and _not_on_server(conn, stored.position):
+                return reloaded, (f"the full load's position: the stored progress {stored.position.token()} is no "
+                                  "longer on the server, and the finished load (newer) re-captured every table")
             return stored.position, f"stored progress in {self.store.topic}"
         loaded = full_load_position(self.pipeline)
         if loaded is not None:
