@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from rich.console import Console
 
@@ -126,9 +129,9 @@ def test_status_shows_positions_in_one_format_the_one_users_type() -> None:
     assert "00000003.000000001234" not in text and "00000012." not in text
 
 
-def test_an_append_only_tables_not_comparable_result_is_information_not_a_warning_or_error_colour() -> None:
-    from datetime import UTC, datetime, timedelta
-
+def test_an_append_only_tables_not_comparable_result_is_information_not_a_warning_or_error_colour(monkeypatch
+                                                                                                    ) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "plugins"))
     from lakesync_airflow.charts import status_strip  # the page's validation strip
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -136,3 +139,17 @@ def test_an_append_only_tables_not_comparable_result_is_information_not_a_warnin
                          end=start + timedelta(hours=2), title="t")
     assert "class='info'" in strip and "class='bad'" not in strip
     assert VALIDATION_STYLES["not_comparable"] not in {VALIDATION_STYLES["mismatch"], "yellow", "red"}
+
+
+def test_the_status_page_shows_a_command_once_and_positions_in_the_same_format(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "plugins"))
+    from lakesync_airflow.views import render
+
+    for binlog, command in ((None, "lakesync snapshot --pipeline p --tables accounts"),
+                            (assess(_needed("binlog.000007", hours_ago=1), _server(), warn_within_seconds=3600),
+                             RELOAD)):
+        status = {**_status(binlog), "history": {}}
+        status["attention"] = [asdict(item) for item in attention(status, lag_alert_seconds=60)]
+        page = render([status], now=datetime(2026, 1, 1, tzinfo=UTC))
+        assert page.count("lakesync snapshot") == 1 and page.count(command) == 1
+        assert "binlog.000003:1234:2" in page and "binlog.000012:1542" in page and "00000003.0000" not in page
