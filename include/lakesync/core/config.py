@@ -162,6 +162,18 @@ class Relay(_Strict):
     )
 
 
+class Recovery(_Strict):
+    """What the pipeline does by itself when it can't go on as it was (docs/operations.md)."""
+
+    when_purged: Literal["fail", "reload"] = Field(
+        default="fail",
+        description="When the binlog position the relay resumes from is no longer on the source (purged): "
+        "'fail' stops the relay with the command that recovers (`lakesync snapshot --pipeline NAME --restart`); "
+        "'reload' makes the relay run that re-load of every table itself, then go on from the load's position "
+        "(as Debezium's snapshot.mode when_needed does).",
+    )
+
+
 class Monitoring(_Strict):
     """Where operators read the pipeline's figures (docs/operations.md, "Metrics" and "History")."""
 
@@ -207,6 +219,7 @@ class Pipeline(_Strict):
     relay: Relay = Field(default_factory=Relay)
     settlement: Settlement = Field(default_factory=Settlement)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    recovery: Recovery = Field(default_factory=Recovery)
     state_dir: str = Field(
         default="${LAKESYNC_STATE_DIR:-.lakesync}/pipelines",
         description="Where checkpoints and load progress live (per pipeline subfolder).",

@@ -13,7 +13,7 @@ position. The choice is logged. One exception: when the stored progress is no lo
 binlog was purged) and the full load's position is newer, the load re-captured every table after the stored
 progress (``full_load.json`` keeps the smallest position of all loaded tables), so the relay starts from the
 load's position, once the load has finished: after a purge, ``lakesync snapshot --pipeline NAME --restart``
-is the whole recovery.
+is the whole recovery. With ``recovery.when_purged: reload`` the relay runs that re-load itself.
 """
 
 from __future__ import annotations
@@ -220,6 +220,24 @@ class Relay:
             return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / FULL_LOAD_FILE})"
         return current_position(conn), "the server's current position (no progress, no full load yet)"
 
+    def _reload_after_purge(self, purged: SourcePosition) -> tuple[SourcePosition, str]:
+        """``recovery.when_purged: reload``: the changes after ``purged`` are gone from the source, so re-load
+        every table (what ``lakesync snapshot --restart`` does) and start from the load's position. Nothing is
+        published meanwhile, so Kafka holds no change newer than the load for the stream to merge."""
+        from lakesync.full_load.load import FullLoad  # the loader's Delta writer only when needed
+
+        log.warning("relay %s: the binlog at %s is no longer on the source; re-loading every table "
+                    "(recovery.when_purged: reload)", self.store.relay, purged.token())
+        FullLoad(self.pipeline, restart=True).run()
+        loaded = _finished_load_position(self.pipeline)
+        if loaded is None:  # a load of no table records no position
+            raise BinlogPurgedError(f"binlog purged: {purged.token()} is no longer on the server, and the re-load "
+                                    "recorded no position (no table selected?)",
+                                    hint=f"check tables.include, then run `lakesync snapshot --pipeline {self.pipeline.name} "
+                                         "--restart`")
+        log.warning("relay %s: re-load done; starting at its position %s", self.store.relay, loaded.token())
+        return loaded, f"a re-load of every table (recovery.when_purged: reload; {purged.token()} was purged)"
+
     # -- DDL ------------------------------------------------------------------------------------------
     def _selected(self, table: str) -> bool:
         return bool(table) and table != SCHEMA_TOPIC_TABLE and self.pipeline.tables.selects(table)
@@ -310,6 +328,9 @@ class Relay:
             self.store.ensure_topic(self.topics)
             stored = self.store.load()
             start, origin = self._start_position(conn, from_position, stored)
+            if from_position is None and self.pipeline.recovery.when_purged == "reload" \
+                    and _not_on_server(conn, start):
+                start, origin = self._reload_after_purge(start)
             check_position_available(conn, start)
             covered_from = start
             if stored is not None and start <= stored.position:
