@@ -231,10 +231,10 @@ class Relay:
         FullLoad(self.pipeline, restart=True).run()
         loaded = _finished_load_position(self.pipeline)
         if loaded is None:  # a load of no table records no position
+            command = f"lakesync snapshot --pipeline {self.pipeline.name} --restart"
             raise BinlogPurgedError(f"binlog purged: {purged.token()} is no longer on the server, and the re-load "
                                     "recorded no position (no table selected?)",
-                                    hint=f"check tables.include, then run `lakesync snapshot --pipeline {self.pipeline.name} "
-                                         "--restart`")
+                                    hint=f"check tables.include, then run `{command}`")
         log.warning("relay %s: re-load done; starting at its position %s", self.store.relay, loaded.token())
         return loaded, f"a re-load of every table (recovery.when_purged: reload; {purged.token()} was purged)"
 
