@@ -51,7 +51,7 @@ def recovery_command(reason: str | None) -> str | None:
 
 def without_command(reason: str) -> str:
     """The message with its command replaced by a pointer, so the command is shown once, on its own."""
-    return _COMMAND.sub("(command below)", reason)
+    return _COMMAND.sub("(see the recovery command)", reason)
 
 
 def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Attention]:
