@@ -2,9 +2,10 @@
 
 Only the relay reads the binlog (the stream reads Kafka), so the position a pipeline needs from the server is
 the one the relay resumes from: its stored progress, or before its first start the full load's position
-(the order the relay itself uses, :mod:`lakesync.relay.worker`). The server removes whole files: by hand
-(``PURGE BINARY LOGS``) or automatically once a file is older than ``binlog_expire_logs_seconds`` (MariaDB
-10.11 also has ``expire_logs_days``; the two are one setting there). So:
+(the order the relay itself uses, :mod:`lakesync.relay.worker`; and as there, a finished re-load newer than
+a purged stored progress is where the relay goes on). The server removes whole files: by hand (``PURGE
+BINARY LOGS``) or automatically once a file is older than ``binlog_expire_logs_seconds`` (MariaDB 10.11 also
+has ``expire_logs_days``; the two are one setting there). So:
 
 * the needed file is not in ``SHOW BINARY LOGS`` -> **purged**: the relay cannot go on; only a new full
   load recovers (:func:`recovery_command`);
@@ -12,12 +13,11 @@ the one the relay resumes from: its stored progress, or before its first start t
 * otherwise its age decides, and the server judges age by the file's modification time, which a client
   cannot read. The estimate here is *early, never late*: it starts from the newest time lakesync knows to
   be at or before the file's last write (the commit time of the newest change some table applied from at
-  or before the needed position), and counts on the server's clock. It
-  overestimates the file's age by however long the server kept writing that file after that moment, so a
-  warning can come early (at most by that much), and never after the file is gone. Within
-  ``monitoring.binlog_expiry_warning_seconds`` of the estimated expiry -> **expiring** (a warning). Before
-  any table has applied a change (a relay that never ran after the load) there is no such time, and only
-  a purge is reported.
+  or before the needed position), and counts on the server's clock. It overestimates the file's age by
+  however long the server kept writing that file after that moment, so a warning can come early (at most
+  by that much), and never after the file is gone. Within ``monitoring.binlog_expiry_warning_seconds`` of
+  the estimated expiry -> **expiring** (a warning). Before any table has applied a change (a relay that
+  never ran after the load) there is no such time, and only a purge is reported.
 
 ``lakesync status``, the status page and the health DAG show the result through
 :func:`lakesync.monitoring.attention.attention`.
@@ -37,8 +37,6 @@ from lakesync.core.positions import SourcePosition, binlog_file_index
 from lakesync.full_load.state import LoadState
 from lakesync.source.server_checks import binary_logs, server_variables
 from lakesync.stream.progress import StreamProgress
-
-State = Literal["ok", "expiring", "purged"]
 
 
 @dataclass(frozen=True)
