@@ -157,6 +157,32 @@ def test_debezium_topic_written_without_schemas_is_refused_with_the_setting_to_c
     assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
 
 
+def test_debezium_topic_written_with_double_decimals_is_refused_naming_the_setting(
+        loaded, broker, fresh_database, spark):
+    """``decimal.handling.mode=double``: the DECIMAL(65,30) column arrives as an unnamed double, which would
+    round 65 digits to 17 without a word. The batch that meets it stops the stream, naming the setting; Delta
+    keeps what the full load wrote."""
+    pipeline, p = loaded
+    before = read_delta(pipeline.delta.table_uri("ledger"))
+    lossy = [{"type": "double", "optional": True, "field": "amount"} if column["field"] == "amount" else column
+             for column in _FIELDS]
+    row = {**_debezium_row(1, "1.000000000000000000000000000000", 1, "one"), "amount": 1.0}
+    event = json.loads(_debezium_event(fresh_database, "u", row, row, SourcePosition(p.file, p.offset + 100), 0))
+    for image in ("before", "after"):
+        next(f for f in event["schema"]["fields"] if f["field"] == image)["fields"] = lossy
+    _produce(broker.bootstrap, pipeline.topic("ledger"),
+             [(json.dumps({"id": k}).encode(), _debezium_event(fresh_database, "r", None, _debezium_row(k, *values),
+                                                               p, 0)) for k, values in ROWS.items()]
+             + [(b'{"id": 1}', json.dumps(event).encode())])
+
+    with pytest.raises(EventFormatError, match=r"decimal\.handling\.mode=double") as refused:
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert "column amount is DECIMAL" in refused.value.message
+    assert "lakesync snapshot" in str(refused.value.hint)
+    assert read_delta(pipeline.delta.table_uri("ledger")) == before, "nothing of the lossy batch is applied"
+
+
 def _with_note(event: bytes) -> bytes:
     """The event as Debezium writes it once ``note VARCHAR(10) DEFAULT 'x'`` was added: the column in the schema."""
     document = json.loads(event)

@@ -165,23 +165,31 @@ def field_converter(field_schema: Mapping[str, Any]) -> Callable[[Any], Any] | N
 RowFields = tuple[Mapping[str, Any], ...]
 #: one shared tuple per distinct column list: every event carries its schema, and a batch's events must not
 #: each keep their own copy alive (bounded: cleared when it grows past _ROW_FIELDS_MAX column lists)
-_row_fields: dict[tuple[str, ...], RowFields] = {}
+_row_fields: dict[tuple[tuple[Any, ...], ...], RowFields] = {}
 _ROW_FIELDS_MAX = 1024
+
+
+def _field_identity(column: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two column schemas the same: name, type, logical type, parameters, optionality (not the
+    name alone: a connector restarted with other settings writes the same columns with other types)."""
+    parameters = column.get("parameters") or {}
+    return (column.get("field"), column.get("type"), column.get("name"), column.get("optional"),
+            tuple(sorted((str(k), str(v)) for k, v in parameters.items())))
 
 
 def row_fields(schema: Mapping[str, Any]) -> RowFields | None:
     """The column schemas of the row images (the ``after`` struct, the same as ``before``): what a column that
-    appears in the events is, as Debezium describes it; the same object for every event with the same columns.
+    appears in the events is, as Debezium describes it; the same object for every event whose columns have the same schemas.
     None when the schema has no row struct."""
     for part in schema.get("fields") or ():
         if part.get("field") in ("after", "before") and part.get("type") == "struct":
             fields = part.get("fields") or ()
-            names = tuple(str(column.get("field")) for column in fields)
-            shared = _row_fields.get(names)
+            described = tuple(_field_identity(column) for column in fields)
+            shared = _row_fields.get(described)
             if shared is None:
                 if len(_row_fields) >= _ROW_FIELDS_MAX:
                     _row_fields.clear()
-                shared = _row_fields[names] = tuple(fields)
+                shared = _row_fields[described] = tuple(fields)
             return shared
     return None
 
@@ -215,6 +223,53 @@ def refuse_schemaless(source: Mapping[str, Any]) -> None:
         "(worker or connector configuration), restart it so that its topics carry {\"schema\", \"payload\"}, "
         "then re-run the full load of the affected tables (`lakesync snapshot --pipeline P --tables T`) so the "
         "stream starts after the records without schema; docs/debezium.md")
+
+
+#: Logical types of ``time.precision.mode=connect``: milliseconds, so DATETIME(6)/TIME(6) lose digits.
+_MILLISECOND_TYPES = frozenset({"org.apache.kafka.connect.data.Timestamp", "org.apache.kafka.connect.data.Time"})
+#: lakesync's type for BIGINT UNSIGNED (docs/types.md): an unnamed int64 for it means the ``long`` mode.
+_UNSIGNED_BIGINT = (20, 0)
+
+
+def _is_text(arrow_type: Any) -> bool:
+    return str(arrow_type) in ("string", "large_string")
+
+
+def lossy_settings(fields: RowFields, target: Mapping[str, Any]) -> list[str]:
+    """The lossy Debezium settings these column schemas show, one line each, judged against the Delta table's
+    column types (``target``: column name -> Arrow type). Each setting is recognisable only by a column it
+    damages: ``decimal.handling.mode=double`` writes a DECIMAL as an unnamed ``double``, indistinguishable
+    from a DOUBLE column except by the table's type; ``bigint.unsigned.handling.mode=long`` a BIGINT UNSIGNED
+    as an unnamed ``int64`` (values past 2^63 wrap); ``time.precision.mode=connect`` uses Kafka Connect's
+    millisecond Timestamp and Time (microseconds are cut)."""
+    problems = []
+    for column in fields:
+        name, kind, logical = column.get("field"), column.get("type"), column.get("name")
+        arrow_type = target.get(str(name))
+        scale = getattr(arrow_type, "scale", None)
+        if logical in _MILLISECOND_TYPES:
+            problems.append(f"column {name} arrives as {logical} (milliseconds): time.precision.mode=connect; "
+                            "set time.precision.mode=adaptive_time_microseconds")
+        elif logical is None and kind in ("double", "float") and (scale is not None or _is_text(arrow_type)):
+            # a DECIMAL (past 38 digits lakesync stores it as text); a DOUBLE or FLOAT column is float in Delta
+            problems.append(f"column {name} is DECIMAL but arrives as {kind}: decimal.handling.mode=double; "
+                            "set decimal.handling.mode=precise")
+        elif logical is None and kind == "int64" and (getattr(arrow_type, "precision", None), scale) == _UNSIGNED_BIGINT:
+            problems.append(f"column {name} is BIGINT UNSIGNED but arrives as int64: "
+                            "bigint.unsigned.handling.mode=long; set bigint.unsigned.handling.mode=precise")
+    return problems
+
+
+def refuse_lossy_settings(table: str, fields: RowFields, target: Mapping[str, Any]) -> None:
+    """Raise when Debezium's events of ``table`` were written with a setting that loses values
+    (:func:`lossy_settings`): storing them would put wrong values in Delta without a word."""
+    problems = lossy_settings(fields, target)
+    if problems:
+        raise EventFormatError(
+            f"Debezium's events of {table} were written with settings that lose values: " + "; ".join(problems),
+            hint="change the connector's settings as named (docs/debezium.md lists the ones lakesync needs), "
+            "restart it, then re-run the full load of the table (`lakesync snapshot --pipeline P --tables T`) so "
+            "the stream starts after the events written with the old settings")
 
 
 def envelope_converters(schema: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Any]]]:

@@ -114,6 +114,7 @@ def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema)
     changes = decode_batch(records, {topic: table}).tables.get(table)
     if changes is None:
         return _empty(schema)
+    changes.refuse_lossy_settings(table, schema)
     added = changes.added_columns(schema)
     if added:  # never dropped here: the driver evolves the table or re-loads it (BatchApplier)
         raise ColumnsAddedError(f"Debezium's events of {table} carry columns {[c.name for c in added]} "

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from lakesync.core.table_layout import META_COLUMNS
 from lakesync.core.types import arrow_table_from_json_rows
-from lakesync.events.debezium import describe_field
+from lakesync.events.debezium import describe_field, refuse_lossy_settings
 from lakesync.events.envelope import (
     H_KEY,
     H_POS,
@@ -82,6 +82,16 @@ class TableChanges:
         for name, column in zip(META_COLUMNS, meta, strict=True):
             table = table.append_column(name, column)
         return table
+
+    def refuse_lossy_settings(self, table: str, schema: pa.Schema) -> None:
+        """Raise when Debezium's events carry a column the way a lossy connector setting writes it
+        (:func:`lakesync.events.debezium.lossy_settings`); checked once per distinct column list."""
+        target = {f.name: f.type for f in schema}
+        checked: set[int] = set()
+        for event in self.events:
+            if event.row_fields is not None and id(event.row_fields) not in checked:
+                checked.add(id(event.row_fields))
+                refuse_lossy_settings(table, event.row_fields, target)
 
     def added_columns(self, schema: pa.Schema, *, after: str = "") -> list[AddedColumn]:
         """The columns of Debezium's events (their schema's row fields) that ``schema`` lacks, each with the

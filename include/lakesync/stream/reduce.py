@@ -186,6 +186,7 @@ class ReducedBatch:
         for table, changes in self.raw.tables.items():
             if table in stop_before:  # before typing: changes after the DDL may not fit the old types
                 changes.events = [e for e in changes.events if e.position.key() < stop_before[table]]
+            changes.refuse_lossy_settings(table, schemas[table])
             rows = changes.to_arrow(schemas[table])
             if rows.num_rows:
                 known = self.tables.get(table)
