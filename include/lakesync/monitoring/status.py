@@ -44,7 +44,6 @@ from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
-from lakesync.monitoring.binlog_retention import binlog_status
 from lakesync.stream.progress import StreamProgress, TableProgress, applied_from, delta_max_position
 from lakesync.validation.store import last_results
 
@@ -153,5 +152,8 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
 
         status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
         if binlog:
+            # imported here: it needs PyMySQL, which Airflow's DAG parsing (this module's importers) must not load
+            from lakesync.monitoring.binlog_retention import binlog_status
+
             status["binlog"] = binlog_status(pipeline, status["relay"], source=source, timeout_s=relay_timeout_s)
     return status
