@@ -1,5 +1,8 @@
 """``lakesync status``: what needs attention first, in words; then per table its state, lag and last check.
 
+Lag is how far the oldest change the stream has not applied is behind now (0 when nothing is pending, however
+quiet the source); a relay that stops showing life (its heartbeats) is an alert of its own.
+
 The default layout fits an 80-column terminal: the table's name, state and lag are never cut (the other
 columns fold or are left for ``--wide``); ``--wide`` adds semantics, key, applied position, last batch and
 the stop message; ``--json`` prints everything.
@@ -19,12 +22,14 @@ from lakesync.cli.arguments import add_pipeline_arguments
 
 DESCRIPTION = """\
 Show a pipeline's state per table: first what needs attention (stopped tables with the command that
-recovers them, a relay that can't be read, tables lagging past lag_alert_seconds, failed validations), then
-a table of state, lag, loaded rows and the last validation. --wide adds semantics, key, applied position,
-last batch and the stop message; --json gives all of it (plus the relay's position and covered range).
+recovers them, a relay that can't be read or has been silent past lag_alert_seconds, tables lagging past
+it, failed validations), then a table of state, lag, loaded rows and the last validation. Lag is how far
+the oldest change the stream has not applied yet is behind now: 0 when it has applied everything in Kafka,
+however long the source has been quiet. --wide adds semantics, key, pending offsets, applied position, last
+batch and the stop message; --json gives all of it (plus the relay's position and covered range).
 
-Reads state files, Delta transaction logs and the relay's offsets topic only: it never scans a table and
-never connects to the source database.
+Reads state files, Delta transaction logs and the broker (the relay's offsets topic, the table topics' log
+ends and first unapplied records) only: it never scans a table and never connects to the source database.
 """
 
 
@@ -34,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_pipeline_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--wide", action="store_true", help="every column (for terminals wider than 80)")
-    parser.add_argument("--no-relay", action="store_true", help="don't read the relay's progress from the broker")
+    parser.add_argument("--no-relay", action="store_true",
+                        help="don't read the broker (the relay's progress, the stream's backlog): lag is not shown")
     parser.set_defaults(func=run)
 
 
@@ -68,8 +74,10 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
     console.print(wide_table(status) if wide else narrow_table(status))
     relay = status.get("relay")
     if relay is not None and not relay.get("error"):
+        silent = relay.get("silent_seconds")
+        heard = f", last heard {silent:,.0f} s ago" if silent is not None else ""
         console.print(f"relay: position {relay.get('position_token') or '-'}, covering "
-                      f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}", overflow="fold")
+                      f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}{heard}", overflow="fold")
 
 
 _STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan"}
@@ -120,12 +128,12 @@ def narrow_table(status: dict[str, Any]) -> Table:
 def wide_table(status: dict[str, Any]) -> Table:
     table = Table(header_style="bold")
     table.add_column("table", no_wrap=True)
-    for column in ("state", "lag", "semantics", "key", "loaded rows", "applied position", "last batch",
+    for column in ("state", "lag", "pending", "semantics", "key", "loaded rows", "applied position", "last batch",
                    "stopped", "last validation"):
         table.add_column(column, overflow="fold")
     for entry in status["tables"]:
         load, stream = entry.get("full_load") or {}, entry.get("stream") or {}
-        table.add_row(*_row_start(entry), _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
+        table.add_row(*_row_start(entry), _text(stream.get("pending")), _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
                       _text(load.get("rows")), _text(stream.get("applied_position")),
                       _text(stream.get("last_batch_rows")), _text(stream.get("stopped_reason")),
                       _validation(entry, short=False))
