@@ -88,16 +88,15 @@ def stream_backlogs(pipeline: Pipeline, tables: list[str], *, timeout_s: float) 
     nothing pending); None when that can't be known: the stream has not committed a batch yet, or the
     broker can't be read (the relay's entry says so)."""
     from lakesync.core.connections import kafka_client_config
-    from lakesync.kafka.offsets import offset_consumer
     from lakesync.stream.app import checkpoint_dir
-    from lakesync.stream.lag import Backlog, committed_offsets, read_backlogs
+    from lakesync.stream.lag import Backlog, backlog_consumer, committed_offsets, read_backlogs
 
     committed = committed_offsets(checkpoint_dir(pipeline))
     if committed is None or not tables:
         return None
     topics = {pipeline.topic(name): name for name in tables}
     try:
-        consumer = offset_consumer(kafka_client_config(pipeline))
+        consumer = backlog_consumer(kafka_client_config(pipeline))
         try:
             found = read_backlogs(consumer, topics, committed, timeout=timeout_s)
         finally:

@@ -24,32 +24,47 @@ from pathlib import Path
 from confluent_kafka import Consumer, Message
 
 from lakesync.events.envelope import record_source_ts_ms
-from lakesync.kafka.offsets import TP, earliest_offsets, end_offsets, first_messages, list_partitions
+from lakesync.kafka.offsets import (
+    TP,
+    earliest_offsets,
+    end_offsets,
+    first_messages,
+    list_partitions,
+    offset_consumer,
+)
 
 
 def committed_offsets(checkpoint: Path) -> dict[TP, int] | None:
-    """The next offset per partition after the newest committed batch, or None before the first commit.
-
-    The offset file is ``v1``, a metadata line, then one JSON line per source (lakesync's streams have
-    one); a source that has no offset yet is written as ``-``.
-    """
+    """The next offset per partition after the newest committed batch, or None before the first commit."""
     commits = checkpoint / "commits"
     if not commits.is_dir():
         return None
     batches = sorted((int(entry.name) for entry in commits.iterdir() if entry.name.isdigit()), reverse=True)
     for batch in batches:
-        path = checkpoint / "offsets" / str(batch)
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            continue  # a cleaned-up batch; an older commit still tells where the stream is
-        offsets: dict[TP, int] = {}
-        for line in lines[2:]:
-            if line.strip() and line.strip() != "-":
-                for topic, parts in json.loads(line).items():
-                    offsets.update({(topic, int(partition)): int(offset) for partition, offset in parts.items()})
-        return offsets
+        offsets = planned_offsets(checkpoint, batch)
+        if offsets is not None:
+            return offsets
+        # a cleaned-up batch; an older commit still tells where the stream is
     return None
+
+
+def planned_offsets(checkpoint: Path, batch_id: int) -> dict[TP, int] | None:
+    """The next offset per partition once batch ``batch_id`` is applied (its planned ends; Spark writes them
+    before the batch runs), or None when its offset file is not there.
+
+    The offset file is ``v1``, a metadata line, then one JSON line per source (lakesync's streams have
+    one); a source that has no offset yet is written as ``-``.
+    """
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except OSError:
+        return None
+    offsets: dict[TP, int] = {}
+    for line in lines[2:]:
+        if line.strip() and line.strip() != "-":
+            for topic, parts in json.loads(line).items():
+                offsets.update({(topic, int(partition)): int(offset) for partition, offset in parts.items()})
+    return offsets
 
 
 def records_behind(committed: Mapping[TP, int], ends: Mapping[TP, int]) -> int:
@@ -104,10 +119,17 @@ def _commit_time(msg: Message) -> int:
     return ts_ms if ts_ms and ts_ms > 0 else int(time.time() * 1000)
 
 
+def backlog_consumer(client: Mapping[str, str]) -> Consumer:
+    """A consumer for :func:`read_backlogs`: it reads one record per partition, so each fetch is kept small
+    (a stream far behind must not cost a full-size fetch per partition on every look)."""
+    return offset_consumer({**client, "max.partition.fetch.bytes": "65536"})
+
+
 def read_backlogs(consumer: Consumer, topics: Iterable[str], committed: Mapping[TP, int], *,
                   timeout: float = 10.0) -> dict[str, Backlog]:
     """Per topic (of those that exist), what the stream with ``committed`` offsets has still to apply: two
-    offset requests, then one read of the first pending record of each partition that has any."""
+    offset requests, then one read of the first pending record of each partition that has any (``consumer``
+    from :func:`backlog_consumer`)."""
     tps = list_partitions(consumer, topics=list(topics), timeout=timeout)
     starts = next_offsets(committed, earliest_offsets(consumer, tps, timeout=timeout))
     ends = end_offsets(consumer, tps, timeout=timeout)
