@@ -35,6 +35,10 @@ def test_pending_offsets_add_up_per_topic_and_the_oldest_first_record_sets_the_l
     assert backlogs["db.a"].lag_seconds(NOW) == 95.0
 
 
+def test_a_pending_change_from_a_source_clock_ahead_of_ours_is_no_negative_lag() -> None:
+    assert Backlog(3, NOW + 86_400_000).lag_seconds(NOW) == 0.0
+
+
 def test_a_partition_with_only_markers_left_adds_nothing_next_to_one_with_changes() -> None:
     backlogs = topic_backlogs({A0: 10, A1: 3}, {A0: 12, A1: 4}, {A0: NOW - 5_000, A1: None})
     assert backlogs["db.a"] == Backlog(2, NOW - 5_000)
