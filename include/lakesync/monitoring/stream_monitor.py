@@ -55,7 +55,7 @@ class StreamMonitor:
         try:
             if self._consumer is None:
                 self._consumer = backlog_consumer(kafka_client_config(self.pipeline))
-            backlogs = read_backlogs(self._consumer, topics, offsets, timeout=5.0)
+            backlogs = read_backlogs(self._consumer, topics, offsets, timeout=3.0)
         except LakesyncError as exc:
             log.warning("could not measure the stream's lag after batch %d (not shown this time): %s", batch_id,
                         exc.message)
