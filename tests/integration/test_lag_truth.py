@@ -1,5 +1,6 @@
 """Lag that tells the truth, on real servers: an idle, caught-up pipeline shows no lag and raises nothing
-(and its health DAG passes) for longer than the alert threshold; a stream that stops consuming while the
+(and its health DAG passes) for longer than the alert threshold, also with offsets past the stream's
+checkpoint that hold no change (an aborted transaction and its marker); a stream that stops consuming while the
 source changes alerts within the threshold, with the count of what is pending; a dead relay on an idle
 source alerts once its heartbeats have stopped for longer than the threshold.
 
@@ -23,12 +24,16 @@ from lakesync_devkit.dev.airflow_runner import AirflowRunner
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, load_pipeline
+from lakesync.core.connections import kafka_client_config
 from lakesync.full_load.load import FullLoad
+from lakesync.kafka.offsets import end_offsets, list_partitions, offset_consumer
 from lakesync.monitoring.attention import Attention, attention
 from lakesync.monitoring.status import pipeline_status
 from lakesync.relay import Relay, covered_range
+from lakesync.relay.publisher import Publisher
 from lakesync.source.server_checks import current_position
-from lakesync.stream.app import run_stream
+from lakesync.stream.app import checkpoint_dir, run_stream
+from lakesync.stream.lag import committed_offsets
 from tests.oracle import assert_tables_match
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -117,8 +122,34 @@ def _matches_source(env: Running) -> None:
         assert_tables_match(conn, env.database, {"items": env.pipeline.delta.table_uri("items")})
 
 
+def _abort_one_record(pipeline: Pipeline) -> int:
+    """Write a record to the table's topic in a Kafka transaction and abort it (as a relay that crashed mid-unit
+    leaves behind): offsets that hold no change. Returns how many offsets past the stream's checkpoint the
+    topic's last stable offset now is."""
+    client = kafka_client_config(pipeline)
+    publisher = Publisher(client, transactional_id=f"test-abort-{uuid.uuid4().hex}")
+    try:
+        publisher.send(pipeline.topic("items"), b'{"id": 99}', b'{"never": "visible"}', [])
+        publisher.flush()  # on the broker, not only queued here (an abort would drop it unsent)
+        publisher.abort()
+    finally:
+        publisher.close()
+    committed = committed_offsets(checkpoint_dir(pipeline)) or {}
+    consumer = offset_consumer(client)
+
+    def past_the_marker() -> int:  # the broker writes the marker just after the abort returns
+        ends = end_offsets(consumer, list_partitions(consumer, topics=[pipeline.topic("items")]))
+        return sum(end - committed[tp] for tp, end in ends.items())
+
+    try:
+        return _until("the abort marker", past_the_marker, timeout=30)
+    finally:
+        consumer.close()
+
+
 def test_an_idle_caught_up_pipeline_shows_no_lag_past_the_threshold_and_its_health_dag_passes(running, stack,
                                                                                                tmp_path):
+    assert _abort_one_record(running.pipeline) == 2, "the aborted record and its abort marker: offsets, no change"
     quiet_since = time.time()
     seen = []
     while time.time() - quiet_since < ALERT_AFTER + 3:  # no write for longer than the threshold

@@ -7,8 +7,9 @@ watermarks per partition is cheap enough to do every few seconds, and needs noth
 
 :func:`read_backlogs` is the lag ``lakesync status`` and the health check judge: per table, how many offsets
 the stream has still to apply and how old the oldest of those changes is. It counts against the last stable
-offset (what a ``read_committed`` reader can see), and since a transaction's commit marker takes an offset
-too, a partition whose only unread offsets are markers has nothing pending. Nothing pending is a lag of
+offset (what a ``read_committed`` reader can see), and since a transaction's commit or abort marker takes
+an offset too, a partition whose only unread offsets are markers (or records of an aborted transaction, which
+a crashed relay leaves behind) has nothing pending. Nothing pending is a lag of
 zero however long the source has been quiet: that the relay is alive and caught up is judged from its
 heartbeats (``lakesync.monitoring.attention``), not from the age of the newest change.
 """
