@@ -142,8 +142,10 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
     names = set(load.tables) | set(stream.tables) | set(validations)
     names |= {name for name in pipeline.tables.overrides if pipeline.tables.selects(name)}
     storage = pipeline.delta.storage_options or None
+    relay_entry = relay_status(pipeline, timeout_s=relay_timeout_s) if relay else None
+    # a broker that can't be read is said once, by the relay's entry; the lag is then unknown
     backlogs = stream_backlogs(pipeline, sorted(name for name in names if load.is_done(name)),
-                               timeout_s=relay_timeout_s) if relay else None
+                               timeout_s=relay_timeout_s) if relay_entry and not relay_entry.get("error") else None
     tables = []
     for name in sorted(names):
         settings = pipeline.tables.settings_for(name)
@@ -186,8 +188,8 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
                       "mode": load.mode, "started_at": load.started_at, "finished_at": load.finished_at},
         "tables": tables,
     }
-    if relay:
-        status["relay"] = relay_status(pipeline, timeout_s=relay_timeout_s)
+    if relay_entry is not None:
+        status["relay"] = relay_entry
         from lakesync.relay.backpressure import load_state as load_backpressure  # lakesync.relay needs Kafka
 
         status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
