@@ -208,3 +208,19 @@ def test_a_dead_relay_on_an_idle_source_alerts_once_its_heartbeats_stop_past_the
     (item,) = items
     assert item.table is None and "relay silent" in item.message and item.command == f"lakesync relay --pipeline {NAME}"
     assert (_table(status)["lag_seconds"], _table(status)["pending"]) == (0.0, 0), "nothing pending in Kafka"
+
+
+def test_a_dead_relay_while_the_source_changes_alerts_within_the_threshold_though_kafka_holds_nothing_new(running):
+    running.relay.stop()
+    running.relay_thread.join(30)
+    committed_at, _ = running.write(["INSERT INTO items VALUES (50, 'never relayed')"])
+
+    def alerted() -> tuple[float, dict[str, Any], list[Attention]] | None:
+        status, items = running.judged()
+        return (time.time(), status, items) if items else None
+
+    alerted_at, status, items = _until("the relay silence alert", alerted)
+    assert alerted_at - committed_at <= ALERT_AFTER + 5
+    (item,) = items
+    assert "relay silent" in item.message
+    assert _table(status)["pending"] == 0, "the change never reached Kafka: only the relay's silence tells"
