@@ -7,7 +7,8 @@ Per pipeline ``p``:
   every table past its target -> validate. The trigger form picks tables and mode.
 * ``lakesync_p_stream``: availableNow runs every few minutes, one at a time.
 * ``lakesync_p_health``: every few minutes, fails when a table is stopped or lags past
-  ``stream.lag_alert_seconds`` (the alert goes through Airflow: failure e-mails, callbacks, notifiers).
+  ``stream.lag_alert_seconds``, or the relay has been silent for longer (the alert goes through Airflow:
+  failure e-mails, callbacks, notifiers).
 * ``lakesync_p_settlement``: nightly, on a timetable with real data intervals, one task per watermarked
   table; catchup off, ``airflow backfill create`` for past days.
 * ``lakesync_p_maintenance``: weekly OPTIMIZE, tombstone purge, VACUUM, report.
@@ -98,7 +99,7 @@ def stream_dag(pipeline: Pipeline) -> DAG:
 def health_dag(pipeline: Pipeline) -> DAG:
     with DAG(
         dag_id=f"lakesync_{pipeline.name}_health",
-        description="Fail when a table is stopped or its lag passes stream.lag_alert_seconds",
+        description="Fail when a table is stopped or its lag passes stream.lag_alert_seconds, or the relay is silent",
         schedule=STREAM_EVERY,
         start_date=START_DATE,
         catchup=False,

@@ -1,4 +1,5 @@
 """The health check task: fails, through Airflow's own machinery, when a table is stopped or lags too far, or
+when the relay has fallen silent (lag: what the stream has not applied; a quiet, caught-up table has none), or
 when the binlog the relay needs is purged from the source (it warns in its log while that binlog nears expiry).
 
 Airflow is what pages people (failure e-mails, ``on_failure_callback``, notifiers, a cluster policy that
@@ -25,7 +26,8 @@ def table_figures(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for entry in status["tables"]:
         stream, load = entry.get("stream") or {}, entry.get("full_load") or {}
         figures[entry["table"]] = {
-            "lag_seconds": stream.get("lag_seconds"), "applied_position": stream.get("applied_position"),
+            "lag_seconds": stream.get("lag_seconds"), "pending": stream.get("pending"),
+            "applied_position": stream.get("applied_position"),
             "changes_applied": stream.get("rows_total"), "last_batch_rows": stream.get("last_batch_rows"),
             "stopped": bool(stream.get("stopped_reason")), "loaded_rows": load.get("rows"),
             "last_validation": (entry.get("last_validation") or {}).get("status"),

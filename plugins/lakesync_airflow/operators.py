@@ -117,7 +117,8 @@ class StreamOperator(LakesyncSparkSubmitOperator):
         super().execute(context)
         progress = StreamProgress.load(hook.pipeline.pipeline_state_dir)
         emit_table_assets(context, hook.pipeline, list(progress.tables))
-        figures = table_figures(pipeline_status(hook.pipeline, relay=False))
+        # with the broker: each table's lag after this run (what is left unapplied), not only its counts
+        figures = table_figures(pipeline_status(hook.pipeline, relay=True, relay_timeout_s=5.0))
         for table, values in figures.items():
             old = before.tables.get(table)
             values["applied_this_run"] = (values["changes_applied"] or 0) - (old.rows_total if old else 0)

@@ -1,5 +1,6 @@
-"""The health DAG run by Airflow (``dag.test()``): a stopped or lagging table fails its task, so the alert
-travels through Airflow's own failure handling (e-mails, callbacks, notifiers)."""
+"""The health DAG run by Airflow (``dag.test()``): a stopped table or a silent relay fails its task, so the
+alert travels through Airflow's own failure handling (e-mails, callbacks, notifiers); a quiet table does not.
+A lagging table failing it, on a real pipeline: tests/integration/test_lag_truth.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 from lakesync_devkit.dev.airflow_runner import AirflowRunner
+
+from lakesync.core.config import load_pipeline
+from lakesync.core.connections import kafka_client_config
+from lakesync.core.positions import SourcePosition
+from lakesync.relay.offsets import ProgressStore, RelayProgress
+from lakesync.relay.publisher import Publisher
+from lakesync.relay.topics import TopicManager
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +54,30 @@ def _fresh(seconds_behind: float, **extra) -> dict:
             "last_batch_id": 1, "last_batch_rows": 3, "last_batch_at_ms": now, **extra}
 
 
-def test_health_check_passes_while_tables_stream_and_fails_on_a_stopped_or_lagging_table(airflow, tmp_path):
+def _relay_heard(airflow_pipelines: Path, stack, monkeypatch, seconds_ago: float) -> None:
+    """Store the relay's progress on the real broker as a relay that last showed life ``seconds_ago``."""
+    for name, value in stack.connection_env().items():
+        monkeypatch.setenv(name, value)
+    pipeline = load_pipeline("health", airflow_pipelines)
+    client = kafka_client_config(pipeline)
+    store = ProgressStore.for_pipeline(pipeline)
+    store.ensure_topic(TopicManager(client))
+    position = SourcePosition("binlog.000002", 4000)
+    store.save(RelayProgress(position, position, int((time.time() - seconds_ago) * 1000)), Publisher(client))
+
+
+def test_health_check_passes_on_quiet_tables_and_fails_on_a_stopped_table_or_a_silent_relay(
+        airflow, stack, tmp_path, monkeypatch):
     runner, state = airflow
-    _progress(state, a=_fresh(1), b=_fresh(2))
+    # b's newest change is 10 minutes old: a quiet table, not a lagging one (lag counts what is not applied)
+    _progress(state, a=_fresh(1), b=_fresh(600))
     (healthy,) = runner.dag_test(DAG_ID, "2026-11-20T00:00:00+00:00", log_file=tmp_path / "healthy.log")
     assert healthy["tasks"] == {"check_health": "success"}, (tmp_path / "healthy.log").read_text()[-3000:]
 
     _progress(state, a=_fresh(1, stopped_reason=STOP), b=_fresh(600))
+    _relay_heard(tmp_path / "pipelines", stack, monkeypatch, seconds_ago=600)
     (alerting,) = runner.dag_test(DAG_ID, "2026-11-20T00:05:00+00:00", log_file=tmp_path / "alerting.log")
     assert alerting["tasks"] == {"check_health": "failed"}
     log = (tmp_path / "alerting.log").read_text()
     assert "lakesync snapshot --pipeline health --tables a" in log
-    assert re.search(r"table b: lag \d+ s is past lag_alert_seconds", log)
+    assert re.search(r"relay silent for 6\d\d s .* past lag_alert_seconds", log)

@@ -72,7 +72,9 @@ def test_status_reports_load_stream_delta_and_lag_per_table(pipeline):
     assert orders["stream"]["applied_position"] == LOAD_POS.with_row(1).key()
     assert orders["stream"]["last_batch_rows"] == 2
     assert orders["stream"]["stopped_reason"].startswith("schema change")
-    assert 100 < orders["stream"]["lag_seconds"] < 200 and orders["lagging"] is True
+    # without the broker (relay=False) no lag is known; the newest change being 2 minutes old is not lag
+    assert orders["stream"]["lag_seconds"] is None and orders["stream"]["pending"] is None
+    assert orders["lagging"] is False
     assert orders["delta"] == {"version": 0, "files": 1, "rows": 3, "max_position": LOAD_POS.with_row(1).key()}
     assert orders["applied_position"] == LOAD_POS.with_row(1).key()  # the one answer, as the view shows it
     assert by_name["audit"]["applied_position"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -10,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from lakesync.cli.status import print_status
 from lakesync.monitoring.attention import attention, recovery_command
 
 LONG = "customer_account_balances_daily"
@@ -20,7 +23,8 @@ STOP = ("a DDL at mysql-bin.000003:1234 changed the primary key; re-run the full
 
 @pytest.fixture
 def pipeline_dir(tmp_path: Path) -> Path:
-    """A pipeline file and the stream's progress file for three tables: streaming, lagging, stopped."""
+    """A pipeline file and the stream's progress file for three tables, one stopped; the newest change applied
+    to ``customers`` is 15 minutes old, which is no lag by itself (a quiet table)."""
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "ops.yaml").write_text(
         "name: ops\nsource: {conn_id: none, database: bank}\nkafka: {bootstrap_servers: 'localhost:1', "
@@ -49,24 +53,59 @@ def _status(pipeline_dir: Path, *extra: str) -> str:
     return result.stdout
 
 
-def test_status_at_80_columns_shows_every_table_name_state_and_lag_uncut(pipeline_dir: Path) -> None:
-    out = _status(pipeline_dir)
-    lines = out.splitlines()
-    assert all(len(line) <= 80 for line in lines), out
-    assert "…" not in out, out
-    rows = {line.split()[0]: line.split() for line in lines if line.split() and line.split()[0] in
+def _rows(out: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in
             (LONG, "customers", "accounts")}
-    assert rows[LONG][1] == "streaming" and float(rows[LONG][2]) >= 2.0 and rows[LONG][3] == "s", out
-    assert rows["customers"][1:4] == ["lagging", "15", "min"], out
+
+
+def test_status_at_80_columns_shows_every_table_name_and_state_uncut(pipeline_dir: Path) -> None:
+    out = _status(pipeline_dir)
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "…" not in out, out
+    rows = _rows(out)
+    assert rows[LONG][1] == "streaming" and rows["customers"][1] == "streaming", out
+    assert rows[LONG][2] == "-", "without the broker (--no-relay) no lag is known, and none is made up"
     assert rows["accounts"][1] == "stopped", out
 
 
-def test_status_says_first_what_needs_attention_with_the_recovery_command(pipeline_dir: Path) -> None:
-    out = _status(pipeline_dir)
+def _judged(lag_alert_seconds: float = 60) -> dict:
+    """What ``pipeline_status`` gives for the fixture's tables when the broker says: LONG is caught up,
+    customers has 12 offsets pending, the oldest 15 minutes old."""
+    def table(name: str, **stream) -> dict:
+        lag = stream.get("lag_seconds")
+        return {"table": name, "semantics": None, "key_columns": None, "full_load": None, "delta": None,
+                "last_validation": None, "applied_position": None, "stream": {"applied_position": "x", **stream},
+                "lagging": lag is not None and lag > lag_alert_seconds}
+
+    return {"pipeline": "ops", "database": "bank", "delta_root": "/d", "tables": [
+        table(LONG, lag_seconds=0.0, pending=0),
+        table("customers", lag_seconds=900.0, pending=12, oldest_pending_at="2026-11-26T07:00:00.000000Z"),
+        table("accounts", lag_seconds=0.0, pending=0, stopped_reason=STOP)],
+        "relay": {"position": "p", "silent_seconds": 2.0}}
+
+
+def _printed(status: dict, *, wide: bool = False) -> str:
+    console = Console(width=80, record=True, file=io.StringIO())
+    print_status(console, status, lag_alert_seconds=60, wide=wide)
+    return console.export_text()
+
+
+def test_status_at_80_columns_shows_the_lag_uncut_and_a_lagging_table(pipeline_dir: Path) -> None:
+    out = _printed(_judged())
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    rows = _rows(out)
+    assert rows[LONG][1:4] == ["streaming", "0.0", "s"], out
+    assert rows["customers"][1:4] == ["lagging", "15", "min"], out
+    assert "last heard 2 s ago" in out
+
+
+def test_status_says_first_what_needs_attention_with_the_recovery_command() -> None:
+    out = _printed(_judged())
     head = out[:out.index("state")]
     assert "2 thing(s) need attention" in head
     assert head.index("accounts") < head.index("customers"), "a stopped table comes before a lagging one"
     assert "run: lakesync snapshot --pipeline ops --tables accounts" in head.replace("\n  ", " ").replace("  ", " ")
+    assert "12 offsets not applied" in " ".join(head.split())
 
 
 def test_status_wide_adds_the_stop_message_and_json_stays_json(pipeline_dir: Path) -> None:

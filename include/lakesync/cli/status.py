@@ -1,5 +1,8 @@
 """``lakesync status``: what needs attention first, in words; then per table its state, lag and last check.
 
+Lag is how far the oldest change the stream has not applied is behind now (0 when nothing is pending, however
+quiet the source); a relay that stops showing life (its heartbeats) is an alert of its own.
+
 The default layout fits an 80-column terminal: the table's name, state and lag are never cut (the other
 columns fold or are left for ``--wide``); ``--wide`` adds semantics, key, applied position, last batch and
 the stop message; ``--json`` prints everything.
@@ -21,13 +24,15 @@ from lakesync.cli.arguments import add_pipeline_arguments
 DESCRIPTION = """\
 Show a pipeline's state per table: first what needs attention (a binlog the relay needs that the source
 purged, or may soon expire, stopped tables, each with the one command that recovers them, a relay that
-can't be read, tables lagging past lag_alert_seconds, failed validations), then
-a table of state, lag, loaded rows and the last validation. --wide adds semantics, key, applied position,
-last batch and the stop message; --json gives all of it (plus the relay's position and covered range).
+can't be read or has been silent past lag_alert_seconds, tables lagging past it, failed validations), then
+a table of state, lag, loaded rows and the last validation. Lag is how far the oldest change the stream has
+not applied yet is behind now: 0 when it has applied everything in Kafka, however long the source has been
+quiet. --wide adds semantics, key, pending offsets, applied position, last batch and the stop message;
+--json gives all of it (plus the relay's position and covered range).
 
-Reads state files, Delta transaction logs, the relay's offsets topic and the source's binlog list
-(SHOW BINARY LOGS and the expiry settings): it never scans a table. Positions show as FILE:OFFSET[:ROW],
-the form --from-position takes.
+Reads state files, Delta transaction logs, the broker (the relay's offsets topic, the table topics' log ends
+and first unapplied records) and the source's binlog list (SHOW BINARY LOGS and the expiry settings): it
+never scans a table. Positions show as FILE:OFFSET[:ROW], the form --from-position takes.
 """
 
 
@@ -38,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--wide", action="store_true", help="every column (for terminals wider than 80)")
     parser.add_argument("--no-relay", action="store_true",
-                        help="don't read the relay's progress from the broker (nor check the binlog it needs)")
+                        help="don't read the broker (the relay's progress, the stream's backlog: lag is not "
+                        "shown) nor check the binlog the relay needs")
     parser.set_defaults(func=run)
 
 
@@ -75,8 +81,10 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
     relay = status.get("relay")
     if relay is not None and not relay.get("error"):
         stem = status_file_stem(status)
+        silent = relay.get("silent_seconds")
+        heard = f", last heard {silent:,.0f} s ago" if silent is not None else ""
         console.print(f"relay: at {position_text(relay.get('position'), stem)}, covering "
-                      f"{position_text(relay.get('covered_from'), stem)} onwards", overflow="fold",
+                      f"{position_text(relay.get('covered_from'), stem)} onwards{heard}", overflow="fold",
                       markup=False, emoji=False, highlight=False)
 
 
@@ -138,12 +146,13 @@ def wide_table(status: dict[str, Any]) -> Table:
     stem = status_file_stem(status)
     table = Table(header_style="bold")
     table.add_column("table", no_wrap=True)
-    for column in ("state", "lag", "semantics", "key", "loaded rows", "applied position", "last batch",
+    for column in ("state", "lag", "pending", "semantics", "key", "loaded rows", "applied position", "last batch",
                    "stopped", "last validation"):
         table.add_column(column, overflow="fold")
     for entry in status["tables"]:
         load, stream = entry.get("full_load") or {}, entry.get("stream") or {}
-        table.add_row(*_row_start(entry), _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
+        table.add_row(*_row_start(entry), _text(stream.get("pending")), _text(entry["semantics"]),
+                      ", ".join(entry["key_columns"] or []) or "-",
                       _text(load.get("rows")), _text(position_text(entry.get("applied_position"), stem)),
                       _text(stream.get("last_batch_rows")),
                       _text(stream.get("stopped_reason") and without_command(stream["stopped_reason"])),

@@ -257,6 +257,20 @@ def record_position_key(value: bytes | str | None, headers: Iterable[tuple[str, 
     return position_from_source_block(payload.get("source") or {}, payload.get("op") or "c").key()
 
 
+def record_source_ts_ms(value: bytes | str | None) -> int | None:
+    """When the source committed the change in a Kafka record (its ``source.ts_ms``, in lakesync's and in
+    Debezium's records); None when the record does not say (a tombstone, a value that is not an event)."""
+    if value is None:
+        return None
+    try:
+        payload, _ = _unwrap(_loads(value))
+    except (ValueError, EventFormatError):
+        return None
+    source = payload.get("source")
+    ts_ms = source.get("ts_ms") if isinstance(source, dict) else None
+    return int(ts_ms) if isinstance(ts_ms, int | float) and ts_ms > 0 else None
+
+
 def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None, *,
            key: bytes | str | None = None) -> ChangeEvent:
     """The :class:`ChangeEvent` in a Kafka record written by lakesync or by Debezium's MySQL connector."""

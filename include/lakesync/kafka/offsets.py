@@ -168,6 +168,23 @@ def end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float 
     return _list_offsets(consumer, partitions, _LATEST_TS, timeout=timeout)
 
 
+def first_messages(consumer: Consumer, starts: Mapping[TP, int], *, timeout: float = 10.0
+                   ) -> dict[TP, Message | None]:
+    """Per partition, the first record at or after its start offset; None where the log ends first (for this
+    ``read_committed`` reader, at the last stable offset): from there on the partition holds nothing but
+    transaction markers, or nothing at all (``consumer`` from :func:`offset_consumer`)."""
+    found: dict[TP, Message | None] = {}
+
+    def take(msg: Message) -> bool:
+        tp, _ = _where(msg)
+        found[tp] = None if msg.error() else msg
+        return True
+
+    if starts:
+        _read_until(consumer, starts, take, timeout=timeout)
+    return found
+
+
 def message_offset(msg: Message) -> int:
     """The offset of a message or partition-EOF event a consumer returned (always set there; the client's
     types leave it optional because a message being produced has none yet)."""

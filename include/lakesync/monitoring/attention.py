@@ -1,10 +1,11 @@
 """What needs an operator's attention first, in words, from a :func:`lakesync.monitoring.status.pipeline_status`.
 
 One pure function for ``lakesync status``, the Airflow view and the stream DAG's health check, so the three
-never disagree on what is wrong. Items come most urgent first: a binlog the relay needs that is purged (or
-about to expire), stopped tables (with the command the stream recorded to recover them), a relay that can't
-be read, tables lagging past ``stream.lag_alert_seconds``, validations that found differences. Each item's
-command is its own field, never repeated in its message.
+never disagree on what is wrong. Items come most urgent first: a binlog the relay needs that is purged,
+stopped tables (with the command the stream recorded to recover them), a relay that can't be read or has been
+silent (no progress, no heartbeat) past ``stream.lag_alert_seconds``, tables lagging past it (the oldest change
+not applied yet is older than that: :mod:`lakesync.stream.lag`), a binlog about to expire, validations that
+found differences. Each item's command is its own field, never repeated in its message.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         lag = stream.get("lag_seconds")
         if lag is not None and lag > lag_alert_seconds:
             lagging.append(Attention("alert", name, f"lag {lag:,.0f} s is past lag_alert_seconds "
-                                                    f"({lag_alert_seconds:,.0f} s)"))
+                                                    f"({lag_alert_seconds:,.0f} s): {stream.get('pending')} "
+                                                    f"offsets not applied, the oldest committed at "
+                                                    f"{stream.get('oldest_pending_at')}"))
         validation = entry.get("last_validation") or {}
         if validation.get("status") in ("mismatch", "error"):
             checks.append(Attention("warning", name, f"last validation {validation['status']} "
@@ -77,6 +80,7 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
                                     f"lakesync validate --pipeline {status['pipeline']} --tables {name}"))
     relay = status.get("relay") or {}
     relay_items = [Attention("alert", None, f"relay: {relay['error']}")] if relay.get("error") else []
+    relay_items += relay_silent(relay, status["pipeline"], lag_alert_seconds=lag_alert_seconds)
     pressure = relay.get("backpressure") or {}
     if pressure.get("throttling"):  # backpressure: the relay holds back until the stream catches up
         relay_items.append(Attention("warning", None, f"relay throttled: the stream is {pressure.get('lag_records')} "
@@ -95,3 +99,15 @@ def _binlog_item(status: dict[str, Any]) -> Attention | None:
 
     found = binlog_attention(status["pipeline"], status.get("binlog"))
     return None if found is None else Attention(found[0], None, found[1], found[2])
+
+
+def relay_silent(relay: dict[str, Any], pipeline: str, *, lag_alert_seconds: float) -> list[Attention]:
+    """An alert when the relay has shown no life (progress, heartbeat) for longer than ``lag_alert_seconds``:
+    it is down or stuck, so changes made since are not in Kafka and no table's lag can show them."""
+    silent = relay.get("silent_seconds")
+    if silent is None or silent <= lag_alert_seconds:
+        return []
+    return [Attention("alert", None, f"relay silent for {silent:,.0f} s (last progress or heartbeat at "
+                                     f"{relay.get('updated_at')}), past lag_alert_seconds ({lag_alert_seconds:,.0f} "
+                                     "s): it is not running or is stuck; changes since then are not in Kafka",
+                      f"lakesync relay --pipeline {pipeline}")]

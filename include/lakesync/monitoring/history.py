@@ -1,8 +1,8 @@
 """The stream's history per table and interval, kept as a Delta table at ``<delta root>/_lakesync/stream_history``.
 
 What a chart needs and the stream's own state files forget: per table and per ``history_interval_seconds``,
-the changes applied, the batches, the lag (seconds between the interval's end and the source commit time of
-the newest applied change), the freshness (seconds since the table last received a change), whether the
+the changes applied, the batches, the lag (after the interval's last batch: how far the oldest change not
+applied was behind, 0 when nothing was pending; :mod:`lakesync.stream.lag`), the freshness (seconds since the table last received a change), whether the
 table was stopped, and the last validation result known at that time. One append commit per interval for
 all tables; rows older than ``history_retention_days`` are deleted then too. Readable by any Delta reader;
 the Airflow view draws its charts from it (:func:`read_history`).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,7 @@ class Interval:
 
 
 def interval_rows(pipeline: str, interval: Interval, end_ms: int, progress: StreamProgress,
-                  validations: dict[str, dict[str, Any]]) -> pa.Table:
+                  validations: dict[str, dict[str, Any]], lags: Mapping[str, float]) -> pa.Table:
     """One row per table the stream knows, for the interval ``[interval.start_ms, end_ms)``."""
     rows = []
     for table, state in sorted(progress.tables.items()):
@@ -66,7 +67,7 @@ def interval_rows(pipeline: str, interval: Interval, end_ms: int, progress: Stre
             "pipeline": pipeline, "table": table,
             "interval_start": _utc(interval.start_ms), "interval_end": _utc(end_ms),
             "changes": interval.changes.get(table, 0), "batches": interval.batches.get(table, 0),
-            "lag_seconds": state.lag_seconds(end_ms),
+            "lag_seconds": lags.get(table),
             "freshness_seconds": None if state.last_batch_at_ms is None
             else max(0.0, (end_ms - state.last_batch_at_ms) / 1000),
             "stopped": bool(state.stopped_reason), "stopped_reason": state.stopped_reason,
@@ -88,11 +89,14 @@ class HistoryRecorder:
         self.interval_ms = int(pipeline.monitoring.history_interval_seconds * 1000)
         self._clock = clock
         self._current = Interval(self._now_ms())
+        #: each table's lag after the newest batch that measured it
+        self._lags: dict[str, float] = {}
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def batch(self, batch_id: int, progress: StreamProgress) -> None:
+    def batch(self, batch_id: int, progress: StreamProgress, lags: Mapping[str, float]) -> None:
+        self._lags.update(lags)
         for table, state in progress.tables.items():
             if state.last_batch_id == batch_id and state.last_batch_rows:
                 current = self._current
@@ -109,7 +113,8 @@ class HistoryRecorder:
         try:
             from lakesync.validation.store import last_results
 
-            rows = interval_rows(self.pipeline.name, self._current, end_ms, progress, last_results(self.pipeline))
+            rows = interval_rows(self.pipeline.name, self._current, end_ms, progress, last_results(self.pipeline),
+                                 self._lags)
             append_history(self.pipeline, rows, now_ms=end_ms)
         except Exception as exc:  # observation only: a full disk or a lost bucket must not stop the stream
             log.warning("could not write the stream history of pipeline %s (kept for the next interval): %s",

@@ -7,13 +7,14 @@ stream on one machine don't collide. The metric names, their labels and a sample
 docs/operations.md ("Metrics"); the tests scrape them during a real stream.
 
 The hooks in the relay and the stream are one call per batch or progress save: the figures are read from
-what those loops already keep (``StreamProgress``, ``RelayStats``), never computed a second time.
+what those loops already keep (``StreamProgress``, ``RelayStats``), never computed a second time; the
+stream's lag is measured once per batch by :class:`lakesync.monitoring.stream_monitor.StreamMonitor`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -44,8 +45,8 @@ class PipelineMetrics:
                                         "Time to decode and merge one micro-batch", ["pipeline"],
                                         buckets=_BATCH_BUCKETS, registry=registry)
         self.apply_lag = Gauge("lakesync_stream_apply_lag_seconds",
-                               "Seconds between now and the source commit time of the newest applied change",
-                               table, registry=registry)
+                               "After the newest batch: how far the oldest change not applied was behind (0: "
+                               "nothing pending)", table, registry=registry)
         self.stopped = Gauge("lakesync_table_stopped", "1 when the stream stopped applying a table's changes",
                              table, registry=registry)
         self.relay_events = Counter("lakesync_relay_events", "Row changes the relay sent to Kafka, per table",
@@ -70,17 +71,18 @@ class PipelineMetrics:
         self._server: Any = None
 
     # -- the stream -------------------------------------------------------------------------------------
-    def stream_batch(self, batch_id: int, progress: StreamProgress, seconds: float) -> None:
-        """After a batch: count what it applied (the tables whose progress names this batch) and set lag."""
+    def stream_batch(self, batch_id: int, progress: StreamProgress, seconds: float,
+                     lags: Mapping[str, float]) -> None:
+        """After a batch: count what it applied (the tables whose progress names this batch) and set each
+        table's lag as measured then (``lags``: :meth:`lakesync.monitoring.stream_monitor.StreamMonitor.lags`;
+        a table it leaves out keeps its last value)."""
         self.batches.labels(self.pipeline).inc()
         self.batch_duration.labels(self.pipeline).observe(seconds)
-        now_ms = int(time.time() * 1000)
         for table, state in progress.tables.items():
             if state.last_batch_id == batch_id and state.last_batch_rows:
                 self.changes_applied.labels(self.pipeline, table).inc(state.last_batch_rows)
-            lag = state.lag_seconds(now_ms)
-            if lag is not None:
-                self.apply_lag.labels(self.pipeline, table).set(lag)
+            if table in lags:
+                self.apply_lag.labels(self.pipeline, table).set(lags[table])
             self.stopped.labels(self.pipeline, table).set(1 if state.stopped_reason else 0)
 
     # -- the relay --------------------------------------------------------------------------------------

@@ -3,16 +3,18 @@
 Cheap on purpose, because the Airflow view calls it on every page load: it reads the pipeline's state files
 (the full load's ``full_load.json``, the stream's ``stream_progress.json``), the Delta tables' transaction
 logs (metadata: version, file count, row count and the largest ``_lakesync_pos`` from file statistics; never
-a data scan), the small validation-runs table, and, unless ``relay=False``, the relay's stored progress from
-its offsets topic (one short read of a compacted topic). Unless ``binlog=False`` it then asks the source for
-its binlog list and expiry (``SHOW BINARY LOGS``, two variables; short timeouts), to see whether the binlog
-the relay needs is still there: ``"binlog"`` in the shape below. It never reads a table.
+a data scan), the small validation-runs table, and, unless ``relay=False``, the broker: the relay's stored
+progress from its offsets topic (one short read of a compacted topic) and the stream's backlog per table
+(:func:`lakesync.stream.lag.read_backlogs`: offset requests and one record per partition behind). Unless
+``binlog=False`` it then asks the source for its binlog list and expiry (``SHOW BINARY LOGS``, two variables;
+short timeouts), to see whether the binlog the relay needs is still there: ``"binlog"`` in the shape below.
+It never reads a table.
 
 Shape::
 
     {"pipeline": "demo", "database": "bank", "delta_root": "...", "generated_at": "...Z",
      "full_load": {"position": "...", "mode": "consistent", "started_at": "...", "finished_at": "..."},
-     "relay": {"position": "...", "covered_from": "...", "updated_ms": 0,
+     "relay": {"position": "...", "covered_from": "...", "updated_at": "...Z", "silent_seconds": 1.2,
                "backpressure": {"throttling": false, "lag_records": 0, "max_lag": 0, "since_ms": null, ...} | null}
               | {"error": "...", "backpressure": ...} (absent with relay=False),
      "binlog": {"state": "ok" | "expiring" | "purged", "needed_position": "binlog.000012:4", "needed_by": "...",
@@ -21,6 +23,13 @@ Shape::
      "tables": [{"table": "customers", "semantics": "exactly_once", "key_columns": ["id"],
                  "full_load": {...} | null, "stream": {...} | null, "applied_position": "..." | null,
                  "delta": {...} | null, "last_validation": {...} | null, "lagging": false}]}
+
+A table's ``stream.lag_seconds`` is how far the oldest change the stream has not applied is behind now (0
+when nothing is pending, however quiet the source), ``stream.pending`` how many offsets it has still to
+apply, ``stream.oldest_pending_at`` that change's commit time; all three are null when they can't be known
+(``relay=False``, the broker can't be read, the stream has not committed a batch yet). ``relay.silent_seconds``
+is how long ago the relay last showed life (its progress, moved by heartbeats while the source is quiet, or
+its backpressure state while it waits for the stream).
 
 ``applied_position`` is :func:`lakesync.stream.progress.applied_position` (the newest source position the
 table holds, from the stream's progress, Delta and the tombstones: a delete counts), computed from what the
@@ -34,7 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +55,9 @@ from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
 from lakesync.stream.progress import StreamProgress, TableProgress, applied_from, delta_max_position
 from lakesync.validation.store import last_results
+
+if TYPE_CHECKING:
+    from lakesync.stream.lag import Backlog  # Kafka's client is loaded only when the broker is read
 
 
 def _iso_ms(ms: int | None) -> str | None:
@@ -70,9 +82,42 @@ def delta_summary(uri: str, storage_options: dict[str, str] | None = None) -> di
     return {"version": table.version(), "files": actions.num_rows, "rows": rows, "max_position": max_position}
 
 
-def _stream_entry(progress: TableProgress, now_ms: int) -> dict[str, Any]:
-    return {**asdict(progress), "lag_seconds": progress.lag_seconds(now_ms),
+def _stream_entry(progress: TableProgress, backlog: Backlog | None, now_ms: int) -> dict[str, Any]:
+    return {**asdict(progress), "lag_seconds": backlog.lag_seconds(now_ms) if backlog else None,
+            "pending": backlog.offsets if backlog else None,
+            "oldest_pending_at": _iso_ms(backlog.oldest_ts_ms) if backlog else None,
             "last_batch_at": _iso_ms(progress.last_batch_at_ms)}
+
+
+def stream_backlogs(pipeline: Pipeline, tables: list[str], *, timeout_s: float) -> dict[str, Backlog] | None:
+    """Per table of ``tables``, what the stream has still to apply (a table whose topic doesn't exist yet has
+    nothing pending); None when that can't be known: the stream has not committed a batch yet, or the
+    broker can't be read (the relay's entry says so)."""
+    from lakesync.core.connections import kafka_client_config
+    from lakesync.stream.app import checkpoint_dir
+    from lakesync.stream.lag import Backlog, backlog_consumer, committed_offsets, read_backlogs
+
+    committed = committed_offsets(checkpoint_dir(pipeline))
+    if committed is None or not tables:
+        return None
+    topics = {pipeline.topic(name): name for name in tables}
+    try:
+        consumer = backlog_consumer(kafka_client_config(pipeline))
+        try:
+            found = read_backlogs(consumer, topics, committed, timeout=timeout_s)
+        finally:
+            consumer.close()
+    except LakesyncError:
+        return None
+    return {name: found.get(topic, Backlog()) for topic, name in topics.items()}
+
+
+def relay_silence(relay: dict[str, Any], now_ms: int) -> float | None:
+    """Seconds since the relay last showed life: its progress (heartbeats move it while the source is quiet)
+    or, while it waits for the stream, its backpressure state; None when it never ran."""
+    pressure = relay.get("backpressure") or {}
+    alive = max(relay.get("updated_ms") or 0, (pressure.get("updated_ms") or 0) if pressure.get("throttling") else 0)
+    return max(0.0, (now_ms - alive) / 1000) if alive else None
 
 
 def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any]:
@@ -88,7 +133,8 @@ def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any
     if progress is None:
         return {"position": None, "covered_from": None, "updated_at": None}
     return {"position": progress.position.key(), "position_token": progress.position.token(),
-            "covered_from": progress.covered_from.key(), "updated_at": _iso_ms(progress.updated_ms or None)}
+            "covered_from": progress.covered_from.key(), "updated_at": _iso_ms(progress.updated_ms or None),
+            "updated_ms": progress.updated_ms or None}
 
 
 def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0, binlog: bool = True,
@@ -105,6 +151,10 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
     names = set(load.tables) | set(stream.tables) | set(validations)
     names |= {name for name in pipeline.tables.overrides if pipeline.tables.selects(name)}
     storage = pipeline.delta.storage_options or None
+    relay_entry = relay_status(pipeline, timeout_s=relay_timeout_s) if relay else None
+    # a broker that can't be read is said once, by the relay's entry; the lag is then unknown
+    backlogs = stream_backlogs(pipeline, sorted(name for name in names if load.is_done(name)),
+                               timeout_s=relay_timeout_s) if relay_entry and not relay_entry.get("error") else None
     tables = []
     for name in sorted(names):
         settings = pipeline.tables.settings_for(name)
@@ -113,7 +163,8 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
         semantics = settings.semantics or (validation["semantics"] if validation else None)
         loaded = load.tables.get(name)
         progress = stream.tables.get(name)
-        stream_entry = _stream_entry(progress, now_ms) if progress else None
+        backlog = (backlogs or {}).get(name)
+        stream_entry = _stream_entry(progress or TableProgress(), backlog, now_ms) if progress or backlog else None
         uri = pipeline.delta.table_uri(name)
         delta = delta_summary(uri, storage)
         lag = stream_entry["lag_seconds"] if stream_entry else None
@@ -146,11 +197,12 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
                       "mode": load.mode, "started_at": load.started_at, "finished_at": load.finished_at},
         "tables": tables,
     }
-    if relay:
-        status["relay"] = relay_status(pipeline, timeout_s=relay_timeout_s)
+    if relay_entry is not None:
+        status["relay"] = relay_entry
         from lakesync.relay.backpressure import load_state as load_backpressure  # lakesync.relay needs Kafka
 
         status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
+        status["relay"]["silent_seconds"] = relay_silence(status["relay"], now_ms)
         if binlog:
             # imported here: it needs PyMySQL, which Airflow's DAG parsing (this module's importers) must not load
             from lakesync.monitoring.binlog_retention import binlog_status

@@ -159,7 +159,7 @@ class BatchApplier:
         self.schemas = {t.name: _delta_schema(t.uri, pipeline.delta.storage_options) for t in tables}
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
-        self.monitor = StreamMonitor(pipeline)
+        self.monitor = StreamMonitor(pipeline, checkpoint_dir(pipeline))
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()

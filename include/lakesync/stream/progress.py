@@ -1,8 +1,9 @@
 """What the stream has applied, per table: the state behind ``lakesync status`` and the Airflow view.
 
 Written after each committed micro-batch (atomically: temp file + rename) to
-``<pipeline state dir>/stream_progress.json``. Most of it is observation (lag, batch counts, what status
-shows): the Delta tables' own ``_lakesync_pos`` columns and app transactions decide which changes are
+``<pipeline state dir>/stream_progress.json``. Most of it is observation (batch counts, the newest applied
+change and its commit time, what status shows; not the lag, which is what the stream has *not* applied:
+:mod:`lakesync.stream.lag`): the Delta tables' own ``_lakesync_pos`` columns and app transactions decide which changes are
 applied, and a stale position here only delays what status and the caught-up trigger report.
 
 The stop flags are state, not observation: ``stopped_reason`` is the only record that a table met a DDL
@@ -54,13 +55,6 @@ class TableProgress:
         """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""
         since = self.stopped_at or self.applied_position
         return bool(load_position and since and load_position > since)
-
-    def lag_seconds(self, now_ms: int | None = None) -> float | None:
-        """Seconds between the newest applied source commit and now (None before the first change)."""
-        if self.applied_source_ts_ms is None:
-            return None
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
-        return max(0.0, (now - self.applied_source_ts_ms) / 1000)
 
 
 @dataclass
