@@ -28,8 +28,11 @@ def _value(name: str) -> bytes:
 
 
 def _schema_before_the_ddl() -> pa.Schema:
-    """The table's columns before the ALTERs (types do not matter to what is found missing)."""
-    return pa.schema([(name, pa.string()) for name in RECORDED["before_ddl"]["payload"]["after"]])
+    """The table's columns before the ALTERs. Types do not matter to what is found missing, but a float column
+    must be a float: a text column that receives a float is what a lossy decimal setting looks like."""
+    fields = next(part["fields"] for part in RECORDED["before_ddl"]["schema"]["fields"] if part["field"] == "after")
+    floats = {"float": pa.float32(), "double": pa.float64()}
+    return pa.schema([(column["field"], floats.get(column["type"], pa.string())) for column in fields])
 
 
 def test_columns_added_at_the_source_are_found_with_the_first_event_that_carries_them() -> None:
