@@ -15,10 +15,10 @@ from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
 from lakesync.core.config import load_pipeline
 from lakesync.core.connections import kafka_client_config
-from lakesync.core.positions import SourcePosition
 from lakesync.relay.offsets import ProgressStore, RelayProgress
 from lakesync.relay.publisher import Publisher
 from lakesync.relay.topics import TopicManager
+from lakesync.source.server_checks import current_position
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,8 @@ def _relay_heard(airflow_pipelines: Path, stack, monkeypatch, seconds_ago: float
     client = kafka_client_config(pipeline)
     store = ProgressStore.for_pipeline(pipeline)
     store.ensure_topic(TopicManager(client))
-    position = SourcePosition("binlog.000002", 4000)
+    with stack.mariadb.connect() as conn:  # a position the server still has: only the silence is wrong
+        position = current_position(conn)
     store.save(RelayProgress(position, position, int((time.time() - seconds_ago) * 1000)), Publisher(client))
 
 
