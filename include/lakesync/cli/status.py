@@ -72,7 +72,7 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
                       f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}", overflow="fold")
 
 
-_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan"}
+_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan", "not synced": "yellow"}
 
 
 def _text(value: Any) -> str:

@@ -371,12 +371,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(start, end) over every partition known now; new partitions start at earliest."""
         ends = self._target if self._target is not None else self._planner.latest(self._planner.partitions())
         new = [tp for tp in ends if tp not in start]
-        starts = {**self._planner.earliest(new), **start}
+        starts = {**self._new_partition_starts(new), **start}
         # A partition that vanished (topic deleted) keeps its offset; one whose log shrank is data loss,
         # refused here, before Spark writes the batch to its offset log.
         merged_ends = {tp: ends.get(tp, offset) for tp, offset in starts.items()}
         self._planner.check_loss(starts, merged_ends)
         return starts, merged_ends
+
+    def _new_partition_starts(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """Where partitions the query has not read yet start: at the offset ``startingOffsets`` names for them
+        (a query resumed from its checkpoint with a topic added: lakesync's stream gives a joining table's
+        handoff offset), else at their earliest offset, as Spark's Kafka source starts a partition that
+        appears while it runs."""
+        spec = self.options.starting
+        named = {} if spec is None or spec.kind != "specific" else {
+            (topic, partition): offset for topic, parts in spec.offsets.items()
+            for partition, offset in parts.items() if offset >= 0}
+        return {**self._planner.earliest([tp for tp in tps if tp not in named]),
+                **{tp: named[tp] for tp in tps if tp in named}}
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         starts, ends = self._available(from_json(start))

@@ -3,7 +3,7 @@
 One pure function for ``lakesync status``, the Airflow view and the stream DAG's health check, so the three
 never disagree on what is wrong. Items come most urgent first: stopped tables (with the command the stream
 recorded to recover them), a relay that can't be read, tables lagging past ``stream.lag_alert_seconds``,
-validations that found differences.
+selected tables that appeared after the load and are not synced, validations that found differences.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ class Attention:
 
 
 def table_state(entry: dict[str, Any]) -> str:
-    """One word: stopped, lagging, streaming, loaded, loading, or new (nothing done yet)."""
+    """One word: stopped, not synced, lagging, streaming, loaded, loading, or new (nothing done yet)."""
     stream, load = entry.get("stream") or {}, entry.get("full_load") or {}
     if stream.get("stopped_reason"):
         return "stopped"
+    if stream.get("not_synced"):
+        return "not synced"
     if entry.get("lagging"):
         return "lagging"
     if stream.get("applied_position") or stream.get("last_batch_id") is not None:
@@ -75,4 +77,11 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         relay_items.append(Attention("warning", None, f"relay throttled: the stream is {pressure.get('lag_records')} "
                                                       f"records behind (bound {pressure.get('max_lag')}); the relay "
                                                       "waits, nothing is dropped"))
-    return stopped + relay_items + lagging + checks
+    return stopped + relay_items + lagging + not_synced(status) + checks
+
+
+def not_synced(status: dict[str, Any]) -> list[Attention]:
+    """Selected tables that appeared after the full load and are not streamed, with why (stream/new_tables.py)
+    and the command that loads them."""
+    return [Attention("warning", entry["table"], f"not synced: {reason}", recovery_command(reason))
+            for entry in status.get("tables", []) if (reason := (entry.get("stream") or {}).get("not_synced"))]
