@@ -7,8 +7,9 @@ the real relay, broker and Spark stream, judged by the independent oracle (tests
   stream starts at the latest CREATE TABLE, not at the topic's beginning);
 * renamed in from a table the pipeline did not select (its rows are older than the change log): its own
   automatic load;
-* all in one ``run_stream`` call: the stream restarts its query with the new topics itself; later changes
-  follow from the checkpoint.
+* all in one ``run_stream`` call: the stream restarts its query with the new topics itself, with
+  ``--once`` and in a continuous stream (a table created while it runs); later changes follow from the
+  checkpoint.
 
 With the setting off (the default) the new table is not synced and ``status`` says so, with the command.
 """
@@ -16,6 +17,8 @@ With the setting off (the default) the new table is not synced and ``status`` sa
 from __future__ import annotations
 
 import random
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -111,15 +114,44 @@ def test_tables_created_or_renamed_in_after_the_load_join_the_running_stream(sta
     assert "streamed from its CREATE TABLE on" in (progress["fresh"].joined or "")
     assert "renamed in" in (progress["orders"].joined or "")
 
-    # later changes to the joined tables follow from the checkpoint, as for any other table
-    _sql(mariadb, database, "INSERT INTO fresh VALUES (5, 'later', 5.00)", "DELETE FROM again WHERE id = 1",
-         "UPDATE orders SET amount = 7.00 WHERE id = 3")
+    # continuous: a table created while it runs joins, and the stream restarts its query itself (no batch of
+    # the old query writes after the new one started: BatchApplier.close); the joined tables' later changes
+    # follow from the checkpoint, as for any other table
+    relay = Relay(pipeline, heartbeat_seconds=0.3)
+    relay_thread = threading.Thread(target=relay.run, name="relay", daemon=True)
+    relay_thread.start()
+    writer = threading.Thread(target=_write_while_streaming, args=(mariadb, database, pipeline), daemon=True)
+    writer.start()
+    try:
+        summary = run_stream(pipeline, once=False, spark=spark, timeout_seconds=25)
+    finally:
+        writer.join(60)
+        relay.stop()
+        relay_thread.join(60)
+    assert summary.tables.get("later"), summary  # read by the query the stream restarted for it
+    assert LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["later"].mode == "binlog"
     _relay(pipeline)
-    run_stream(pipeline, once=True, spark=spark)
+    run_stream(pipeline, once=True, spark=spark)  # whatever the time-out cut short
+    uris["later"] = pipeline.delta.table_uri("later")
     with mariadb.connect(database=database) as conn:
         assert_tables_match(conn, database, uris)
     status = pipeline_status(pipeline, relay=False)
     assert {table_state(entry) for entry in status["tables"]} == {"streaming"}
+
+
+def _write_while_streaming(mariadb: Any, database: str, pipeline: Pipeline) -> None:
+    """Create a table while the continuous stream runs, then keep writing to it and to the others through
+    the query's restart."""
+    _sql(mariadb, database, CREATE.format(t="later"), "INSERT INTO later VALUES (1, 'x', 1.25), (2, 'y', NULL)")
+    deadline = time.monotonic() + 25
+    while not (Path(pipeline.delta.table_uri("later")) / "_delta_log").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for i in range(3, 23):
+        _sql(mariadb, database, f"INSERT INTO later VALUES ({i}, 'v{i}', {i}.00)",
+             f"INSERT INTO fresh VALUES ({i + 100}, 'f{i}', NULL)", f"UPDATE base SET v = 'c{i}' WHERE id = 1")
+        time.sleep(0.1)
+    _sql(mariadb, database, "DELETE FROM later WHERE id = 2", "DELETE FROM again WHERE id = 1",
+         "UPDATE orders SET amount = 7.00 WHERE id = 3")
 
 
 def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mariadb, fresh_database, spark,
@@ -141,3 +173,4 @@ def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mari
     assert "created on the source at" in items[0].message and "stream.join_new_tables is off" in items[0].message
     assert items[0].command == "lakesync snapshot --pipeline newtables --tables fresh"
     assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables.get("fresh")
+

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -486,9 +485,8 @@ def _await(query, applier: BatchApplier, *, once: bool, deadline: float | None) 
     further batches before the query is stopped, so no batch of the old query writes after the new one
     started."""
     while True:
-        # whole seconds: PySpark's API takes an int (a fraction would only be truncated in the JVM)
-        wait = 5 if deadline is None else max(1, min(5, math.ceil(deadline - time.monotonic())))
-        if query.awaitTermination(wait):
+        # one whole second at a time: PySpark's API takes an int; the deadline is kept to within a second
+        if query.awaitTermination(1):
             return
         if deadline is not None and time.monotonic() >= deadline:
             return
