@@ -5,8 +5,8 @@ the real relay, broker and Spark stream, judged by the independent oracle (tests
   no row read), inserts, updates and deletes included;
 * dropped and created again before the stream saw it: only the new table's rows, none of the old ones (the
   stream starts at the latest CREATE TABLE, not at the topic's beginning);
-* renamed in from a table the pipeline did not select (its rows are older than the change log): its own
-  automatic load;
+* renamed in from a table the pipeline did not select, or selected by a widened include pattern (their rows
+  are older than the change log): each its own automatic load;
 * all in one ``run_stream`` call: the stream restarts its query with the new topics itself, with
   ``--once`` and in a continuous stream (a table created while it runs); later changes follow from the
   checkpoint.
@@ -47,12 +47,21 @@ def _pipeline(folder: Path, database: str, *, join: bool) -> Pipeline:
     (folder / "newtables.yaml").write_text(yaml.safe_dump({
         "name": "newtables",
         "source": {"conn_id": MYSQL_CONN_ID, "database": database, "server_id": server_id},
-        "tables": {"include": ["*"], "exclude": ["staging_*"]},
+        "tables": {"include": ["*"], "exclude": ["staging_*", "legacy_*"]},
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"nt{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
         "stream": {"join_new_tables": join},
     }))
+    return load_pipeline("newtables", folder)
+
+
+def _widen(folder: Path) -> Pipeline:
+    """The pipeline file with ``legacy_*`` no longer excluded: those tables are selected from now on."""
+    path = folder / "newtables.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["tables"]["exclude"] = ["staging_*"]
+    path.write_text(yaml.safe_dump(document))
     return load_pipeline("newtables", folder)
 
 
@@ -75,15 +84,18 @@ def _start(mariadb: Any, database: str, pipeline: Pipeline, spark: Any) -> None:
     run_stream(pipeline, once=True, spark=spark)
 
 
-def test_tables_created_or_renamed_in_after_the_load_join_the_running_stream(stack, mariadb, fresh_database,
+def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_running_stream(stack, mariadb, fresh_database,
                                                                                 spark, tmp_path, monkeypatch):
     for key, value in stack.connection_env().items():
         monkeypatch.setenv(key, value)
     database = fresh_database
     _sql(mariadb, database, CREATE.format(t="staging_orders"),
-         "INSERT INTO staging_orders VALUES (1, 'old1', 1.00), (2, 'old2', 2.00), (3, 'old3', NULL)")
+         "INSERT INTO staging_orders VALUES (1, 'old1', 1.00), (2, 'old2', 2.00), (3, 'old3', NULL)",
+         CREATE.format(t="legacy_accounts"), "INSERT INTO legacy_accounts VALUES (1, 'l1', 1.00), (2, 'l2', NULL)")
     pipeline = _pipeline(tmp_path, database, join=True)
     _start(mariadb, database, pipeline, spark)
+    _sql(mariadb, database, "UPDATE legacy_accounts SET v = 'before widening' WHERE id = 1")
+    pipeline = _widen(tmp_path)  # legacy_accounts is selected now: it never was, so the change log lacks it
 
     _sql(mariadb, database,
          CREATE.format(t="fresh"),
@@ -97,7 +109,8 @@ def test_tables_created_or_renamed_in_after_the_load_join_the_running_stream(sta
          "INSERT INTO again VALUES (1, 'new', 10.00), (4, 'new', 40.00)",
          "RENAME TABLE staging_orders TO orders",
          "UPDATE orders SET v = 'moved' WHERE id = 2",
-         "UPDATE base SET v = 'b2' WHERE id = 2")
+         "UPDATE base SET v = 'b2' WHERE id = 2",
+         "UPDATE legacy_accounts SET amount = 5.00 WHERE id = 2")
     _relay(pipeline)
     summary = run_stream(pipeline, once=True, spark=spark)  # one call: the new topics are read in it
 
@@ -105,14 +118,16 @@ def test_tables_created_or_renamed_in_after_the_load_join_the_running_stream(sta
     assert loads["fresh"].mode == "binlog" and loads["fresh"].rows == 0  # no snapshot: all from the change log
     assert loads["again"].mode == "binlog"
     assert loads["orders"].mode == "consistent" and loads["orders"].rows == 3  # older than coverage: its load
+    assert loads["legacy_accounts"].mode == "consistent" and loads["legacy_accounts"].rows == 2
     assert summary.tables.get("fresh") and summary.tables.get("again")
-    tables = ["base", "fresh", "again", "orders"]
+    tables = ["base", "fresh", "again", "orders", "legacy_accounts"]
     uris = {t: pipeline.delta.table_uri(t) for t in tables}
     with mariadb.connect(database=database) as conn:
         assert_tables_match(conn, database, uris)
     progress = StreamProgress.load(pipeline.pipeline_state_dir).tables
     assert "streamed from its CREATE TABLE on" in (progress["fresh"].joined or "")
     assert "renamed in" in (progress["orders"].joined or "")
+    assert "never loaded" in (progress["legacy_accounts"].joined or "")
 
     # continuous: a table created while it runs joins, and the stream restarts its query itself (no batch of
     # the old query writes after the new one started: BatchApplier.close); the joined tables' later changes
@@ -151,7 +166,7 @@ def _write_while_streaming(mariadb: Any, database: str, pipeline: Pipeline) -> N
              f"INSERT INTO fresh VALUES ({i + 100}, 'f{i}', NULL)", f"UPDATE base SET v = 'c{i}' WHERE id = 1")
         time.sleep(0.1)
     _sql(mariadb, database, "DELETE FROM later WHERE id = 2", "DELETE FROM again WHERE id = 1",
-         "UPDATE orders SET amount = 7.00 WHERE id = 3")
+         "UPDATE orders SET amount = 7.00 WHERE id = 3", "DELETE FROM legacy_accounts WHERE id = 1")
 
 
 def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mariadb, fresh_database, spark,

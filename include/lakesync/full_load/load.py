@@ -195,14 +195,17 @@ class FullLoad:
             self.on_progress(name, rows, total)
 
     # a table created in the change log ---------------------------------------------------------------------
-    def source_has(self, name: str) -> bool:
-        """Whether the source database holds table ``name`` now."""
+    def source_tables(self) -> list[str]:
+        """The source database's tables now."""
         assert self.connection is not None
         conn = connect(self.connection, database=self.database)
         try:
-            return name in list_tables(conn, self.database)
+            return list_tables(conn, self.database)
         finally:
             conn.close()
+
+    def source_has(self, name: str) -> bool:
+        return name in self.source_tables()
 
     def start_at_creation(self, name: str, created: SourcePosition,
                           same_shape: Callable[[TableShape], bool]) -> TableResult | None:

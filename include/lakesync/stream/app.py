@@ -39,7 +39,7 @@ from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
-from lakesync.stream.new_tables import arrivals, join, not_synced_note
+from lakesync.stream.new_tables import Arrival, arrivals, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
@@ -165,6 +165,7 @@ class BatchApplier:
         self.joined: list[str] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._looked_for_older = False
         for table in tables:
             if (progress := self.progress.tables.get(table.name)) is not None:
                 progress.not_synced = None
@@ -357,13 +358,22 @@ class BatchApplier:
         """Selected tables that appeared after the load (stream/new_tables.py): joined, each with a handoff
         position and a Delta table, or named in the progress file with the reason they are not synced."""
         found = arrivals(events, set(self.sinks), self.pipeline.tables.selects, self.pipeline.source.database)
+        if self.pipeline.stream.join_new_tables and not self._looked_for_older:
+            self._looked_for_older = True  # once per query: it asks the source
+            try:
+                older = older_tables(self.pipeline, set(self.sinks) | set(found))
+            except LakesyncError as exc:
+                log.warning("could not look for selected tables that were never loaded: %s", exc.message)
+                older = []
+            found.update({name: Arrival(name, "older") for name in older})
         for name, arrival in found.items():
             progress = self.progress.tables.setdefault(name, TableProgress())
             if not self.pipeline.stream.join_new_tables:
                 progress.not_synced = not_synced_note(self.pipeline, arrival)
                 log.warning("table %s is not synced: %s", name, progress.not_synced)
                 continue
-            later = any(e.position > arrival.event.position and name in (e.table, e.new_table) for e in events)
+            later = arrival.event is not None and any(
+                e.position > arrival.event.position and name in (e.table, e.new_table) for e in events)
             joined = join(self.pipeline, arrival, changed_since=later)
             if joined.entry is None:
                 progress.not_synced = joined.note

@@ -12,8 +12,9 @@ from its DDL on ``<prefix>.<db>._schema``:
   events can't rebuild the table exactly (it changed shape since: a later DDL in the same batch, or its
   columns on the source differ from the ``CREATE``'s; ``CREATE TABLE ... LIKE`` / ``... SELECT``), it gets
   its own load instead, as a re-load after DDL does.
-* **renamed in** (``RENAME TABLE other TO t``): its rows are older than the change log, so it gets its own
-  load.
+* **renamed in** (``RENAME TABLE other TO t``), or **older**: on the source, selected, and never loaded (an
+  include pattern widened; looked for once per query, on the source): its rows are older than the change
+  log, so it gets its own load.
 
 The stream then restarts its query with the new topic (:func:`lakesync.stream.app.run_stream`), in the same
 process. Until a table is joined, or when ``stream.join_new_tables`` is off, ``stream_progress.json`` names it
@@ -41,11 +42,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Arrival:
-    """A selected table the stream does not stream yet, and the newest DDL that brought it."""
+    """A selected table the stream does not stream yet, and the newest DDL that brought it (none for a table
+    that was on the source all along: an include pattern widened)."""
 
     table: str
-    how: Literal["created", "renamed_in"]
-    event: SchemaChangeEvent
+    how: Literal["created", "renamed_in", "older"]
+    event: SchemaChangeEvent | None = None
+
+    def describe(self) -> str:
+        if self.event is None:
+            return "on the source but never loaded (older than the change log: an include pattern widened?)"
+        return f"{'created' if self.how == 'created' else 'renamed in'} on the source at {self.event.position}"
 
 
 def arrivals(events: Sequence[SchemaChangeEvent], known: Collection[str], selects: Callable[[str], bool],
@@ -89,30 +96,38 @@ class Joined:
     note: str
 
 
+def older_tables(pipeline: Pipeline, known: Collection[str]) -> list[str]:
+    """Selected tables on the source that nothing has loaded (no entry in ``full_load.json``) and that are not
+    ``known``: older than the change log, so only a load brings them (asks the source, once per query)."""
+    from lakesync.full_load.load import FullLoad
+
+    loaded = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables
+    return [name for name in FullLoad(pipeline).source_tables()
+            if pipeline.tables.selects(name) and name not in loaded and name not in known]
+
+
 def join(pipeline: Pipeline, arrival: Arrival, *, changed_since: bool) -> Joined:
     """Give ``arrival`` a handoff position: from its ``CREATE TABLE`` when the change log alone rebuilds it,
     else through its own load. ``changed_since``: a later DDL of the table is already in the batch."""
     from lakesync.full_load.load import FullLoad
 
-    name, position = arrival.table, arrival.event.position
+    name, event = arrival.table, arrival.event
     load = FullLoad(pipeline, tables=[name], restart=True)
     try:
-        if arrival.how == "created" and not changed_since:
-            result = load.start_at_creation(name, position, lambda shape: created_shape_matches(arrival.event, shape))
+        if arrival.how == "created" and event is not None and not changed_since:
+            result = load.start_at_creation(name, event.position, lambda shape: created_shape_matches(event, shape))
             if result is not None:
                 log.warning("table %s joins the stream: created at %s after the load, streamed from its CREATE "
-                            "TABLE on (no snapshot)", name, position)
-                return Joined(_entry(pipeline, name), f"created at {position}; streamed from its CREATE TABLE on")
+                            "TABLE on (no snapshot)", name, event.position)
+                return Joined(_entry(pipeline, name), f"created at {event.position}; streamed from its CREATE TABLE on")
         if not load.source_has(name):
-            return Joined(None, f"{'created' if arrival.how == 'created' else 'renamed in'} at {position} but no "
-                                "longer on the source")
-        why = ("renamed in at {p}: its rows are older than the change log" if arrival.how == "renamed_in"
-               else "created at {p} but changed shape since").format(p=position)
+            return Joined(None, f"{arrival.describe()}, but no longer there")
+        why = arrival.describe() + (", and changed shape since" if arrival.how == "created" else "")
         log.warning("table %s joins the stream through its own load (%s)", name, why)
         load.run()
     except Exception as exc:  # whatever failed, only this table waits
         detail = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
-        return Joined(None, f"appeared at {position}; its automatic load failed: {detail[:500]}; "
+        return Joined(None, f"{arrival.describe()}; its automatic load failed: {detail[:500]}; "
                             f"{resnapshot_note(pipeline.name, name)}")
     entry = _entry(pipeline, name)
     return Joined(entry, f"{why}; loaded at {entry.position_key if entry else '?'}")
@@ -125,6 +140,5 @@ def _entry(pipeline: Pipeline, name: str) -> TableLoad | None:
 
 def not_synced_note(pipeline: Pipeline, arrival: Arrival) -> str:
     """What status says of a new table while ``stream.join_new_tables`` is off."""
-    how = "created" if arrival.how == "created" else "renamed in"
-    return (f"{how} on the source at {arrival.event.position}, after the full load; stream.join_new_tables is "
-            f"off, so {resnapshot_note(pipeline.name, arrival.table)} and restart the stream")
+    return (f"{arrival.describe()}, after the full load; stream.join_new_tables is off, so "
+            f"{resnapshot_note(pipeline.name, arrival.table)} and restart the stream")
