@@ -186,6 +186,7 @@ def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mari
     items = [item for item in attention(status, lag_alert_seconds=3600) if item.table == "fresh"]
     assert len(items) == 1 and items[0].level == "warning"
     assert "created on the source at" in items[0].message and "stream.join_new_tables is off" in items[0].message
+    assert "lakesync snapshot" not in items[0].message  # the command is shown once, as the item's command
     assert items[0].command == "lakesync snapshot --pipeline newtables --tables fresh"
     assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables.get("fresh")
 

@@ -82,6 +82,7 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
 
 def not_synced(status: dict[str, Any]) -> list[Attention]:
     """Selected tables that appeared after the full load and are not streamed, with why (stream/new_tables.py)
-    and the command that loads them."""
-    return [Attention("warning", entry["table"], f"not synced: {reason}", recovery_command(reason))
+    and, once, the command that loads them."""
+    return [Attention("warning", entry["table"], f"not synced: {_COMMAND.sub('the command below', reason)}",
+                      recovery_command(reason))
             for entry in status.get("tables", []) if (reason := (entry.get("stream") or {}).get("not_synced"))]
