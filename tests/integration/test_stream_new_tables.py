@@ -119,7 +119,8 @@ def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_run
     assert loads["again"].mode == "binlog"
     assert loads["orders"].mode == "consistent" and loads["orders"].rows == 3  # older than coverage: its load
     assert loads["legacy_accounts"].mode == "consistent" and loads["legacy_accounts"].rows == 2
-    assert summary.tables.get("fresh") and summary.tables.get("again")
+    assert summary.tables.get("fresh") == 5  # 3 inserts, an update, a delete
+    assert summary.tables.get("again") == 2  # read from its latest CREATE TABLE: the old table's 3 rows never
     tables = ["base", "fresh", "again", "orders", "legacy_accounts"]
     uris = {t: pipeline.delta.table_uri(t) for t in tables}
     with mariadb.connect(database=database) as conn:

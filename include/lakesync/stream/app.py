@@ -535,7 +535,11 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
                               {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"})
         read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
         unread = {t.topic: t.handoff_key for t in selected if t.topic not in read}
-        return starting_offsets(consumer, unread, pipeline.name) if unread else {}
+        if not unread:
+            return {}
+        offsets = starting_offsets(consumer, unread, pipeline.name)
+        log.info("topics new to the checkpoint start at their tables' handoff offsets %s", offsets)
+        return offsets
     finally:
         consumer.close()
 
