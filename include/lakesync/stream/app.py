@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -249,11 +249,8 @@ class BatchApplier:
         log.warning("table %s re-loaded at %s; the stream goes on from there", table_name, entry.position_key)
 
     def _adopt_load(self, name: str, entry: TableLoad) -> None:
-        """Stream ``name`` from a new load on: its position, schema and key."""
-        settings = self.pipeline.tables.settings_for(name)
-        keys = list(settings.key_columns or entry.key_columns)
-        table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
-                        key_columns=keys, semantics=table_semantics(settings.semantics, bool(keys)))
+        """Stream ``name`` from a (new) load on: its position, schema and key."""
+        table = streamed_table(self.pipeline, name, entry)
         self.by_topic[table.topic] = table
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
@@ -379,10 +376,7 @@ class BatchApplier:
                 progress.not_synced = joined.note
                 log.error("table %s is not synced: %s", name, joined.note)
                 continue
-            table = streamed_table(self.pipeline, name, joined.entry)
-            self.by_topic[table.topic] = table
-            self.sinks[name] = _sink(self.pipeline, table)
-            self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
+            self._adopt_load(name, joined.entry)
             progress.not_synced, progress.joined = None, f"{utc_now()}: {joined.note}"
             self.joined.append(name)
 
