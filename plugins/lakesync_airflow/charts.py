@@ -93,12 +93,16 @@ def bar_chart(bars: Sequence[tuple[datetime, datetime, float]], *, start: dateti
     return _frame("changes", title, start, end, top, "", body)
 
 
+_CELL_KINDS = {"equal": "ok", "not_comparable": "info"}
+
+
 def status_strip(cells: Sequence[tuple[datetime, datetime, str | None]], *, start: datetime, end: datetime,
                  title: str) -> str:
-    """One coloured cell per interval: ``ok`` (equal), ``bad`` (mismatch, error), ``none`` (no result)."""
+    """One coloured cell per interval: ``ok`` (equal), ``bad`` (mismatch, error), ``info`` (not comparable row
+    for row: an append-only table, which is how it is, not a fault), ``none`` (no result)."""
     body = ""
     for begin, finish, status in cells:
-        kind = "none" if status is None else "ok" if status == "equal" else "bad"
+        kind = _CELL_KINDS.get(status or "", "bad") if status is not None else "none"
         x0, x1 = _x(begin, start, end), _x(finish, start, end)
         body += (f"<rect class='{kind}' x='{x0:.1f}' y='{PAD_TOP + 20}' width='{max(1.0, x1 - x0):.1f}' "
                  f"height='40'><title>{html.escape(status or 'no validation')}</title></rect>")

@@ -1,8 +1,10 @@
-"""The health check task: fails, through Airflow's own machinery, when a table is stopped or lags too far.
+"""The health check task: fails, through Airflow's own machinery, when a table is stopped or lags too far, or
+when the binlog the relay needs is purged from the source (it warns in its log while that binlog nears expiry).
 
 Airflow is what pages people (failure e-mails, ``on_failure_callback``, notifiers, a cluster policy that
 adds one to every task), so an alert must be a failed task, not only a colour in a page. The check reads
-what ``lakesync status`` reads (state files, Delta logs, the relay's offsets topic: no table scan) and
+what ``lakesync status`` reads (state files, Delta logs, the relay's offsets topic, the source's binlog list:
+no table scan) and
 judges it with :func:`lakesync.monitoring.attention.attention`; its figures per table go to the log and to
 XCom (``figures``) whether it passes or fails.
 """
@@ -43,8 +45,9 @@ class HealthCheckOperator(BaseOperator):
         from lakesync.monitoring.attention import attention
         from lakesync.monitoring.status import pipeline_status
 
-        pipeline = LakesyncHook(self.pipeline).pipeline
-        status = pipeline_status(pipeline, relay=True, relay_timeout_s=5.0)
+        hook = LakesyncHook(self.pipeline)
+        pipeline = hook.pipeline
+        status = pipeline_status(pipeline, relay=True, relay_timeout_s=5.0, source=hook.source())
         figures = table_figures(status)
         items = attention(status, lag_alert_seconds=pipeline.stream.lag_alert_seconds)
         for table, values in figures.items():

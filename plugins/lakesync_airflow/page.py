@@ -41,7 +41,7 @@ STYLE = (
     ".charts{display:flex;flex-wrap:wrap;gap:12px}svg.chart{background:var(--bg);border:1px solid var(--border);"
     "border-radius:6px}svg .axis{stroke:var(--muted);stroke-width:1}svg .line{stroke:var(--accent);stroke-width:2}"
     "svg .dot{fill:var(--accent)}svg .bar{fill:var(--accent);opacity:.8}svg .limit{stroke:var(--bad);"
-    "stroke-dasharray:4 3}svg .ok{fill:var(--ok)}svg .bad{fill:var(--bad)}svg .none{fill:var(--none)}"
+    "stroke-dasharray:4 3}svg .ok{fill:var(--ok)}svg .bad{fill:var(--bad)}svg .info{fill:var(--accent)}svg .none{fill:var(--none)}"
     "svg text{fill:var(--muted);font-size:10px}svg text.caption{fill:var(--fg);font-size:11px}"
 )
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakesync.core.config import Pipeline
+from lakesync.core.connections import MySQLConnection
 from lakesync.monitoring.status import pipeline_status as library_status
 from lakesync.settlement.windows import PROP_PREFIX
 
@@ -39,11 +40,23 @@ def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> di
             "delta_version": commit.get("version")}
 
 
+def airflow_source(pipeline: Pipeline) -> MySQLConnection | None:
+    """The source's connection as Airflow holds it (UI, metadata database, secrets backend), for the binlog
+    check; None when Airflow can't give it here, and the library then reads ``AIRFLOW_CONN_*`` itself (and
+    says in the attention list when it can't reach the source either)."""
+    from lakesync_airflow.hooks import LakesyncHook
+
+    try:
+        return LakesyncHook(pipeline.name).source()
+    except Exception:  # any lookup failure falls back to the library's own, which reports what it could not reach
+        return None
+
+
 def pipeline_status(pipeline: Pipeline, *, history_window: timedelta = timedelta(hours=6)) -> dict[str, Any]:
     from lakesync.monitoring.attention import attention
     from lakesync.monitoring.history import read_history
 
-    status = library_status(pipeline, relay=True, relay_timeout_s=2.0)
+    status = library_status(pipeline, relay=True, relay_timeout_s=2.0, source=airflow_source(pipeline))
     for row in status["tables"]:
         row["last_settlement"] = last_settlement(pipeline, row["table"])
     limit = pipeline.stream.lag_alert_seconds

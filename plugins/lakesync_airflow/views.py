@@ -98,29 +98,32 @@ def _state(row: dict[str, Any]) -> tuple[str, str]:
     return state, {"stopped": "bad", "lagging": "bad", "streaming": "ok"}.get(state, "none")
 
 
+#: a validation result in words where its code name would read like a fault
+_RESULT_WORDS = {"not_comparable": "not comparable row for row (append-only: no key)"}
+
+
 def _table_card(row: dict[str, Any], history: list[dict[str, Any]], start: datetime, end: datetime,
-                limit: float) -> str:
+                limit: float, stem: str | None) -> str:
+    from lakesync.monitoring.attention import without_command
+    from lakesync.monitoring.display import position_text
+
     stream, load = row.get("stream") or {}, row.get("full_load") or {}
     checked, settled = row.get("last_validation") or {}, row.get("last_settlement") or {}
     state, kind = _state(row)
     lag = stream.get("lag_seconds")
     facts = [
         ("semantics", row.get("semantics")), ("lag", None if lag is None else f"{lag:,.1f} s"),
-        ("applied position", row.get("applied_position")),
+        ("applied position", position_text(row.get("applied_position"), stem)),
         ("last batch", stream.get("last_batch_at")),
         ("full load", f"{load.get('status')}, {load.get('rows')} rows" if load else None),
-        ("last validation", f"{checked.get('status')} at {checked.get('finished_at')}" if checked else None),
+        ("last validation", f"{_RESULT_WORDS.get(checked.get('status') or '', checked.get('status'))} at "
+                            f"{checked.get('finished_at')}" if checked else None),
         ("last settled interval", f"{settled['interval_start'][:16]} → {(settled.get('interval_end') or '')[:16]} "
                                   f"(run {settled.get('run')})" if settled else None),
     ]
     stopped = ""
-    if stream.get("stopped_reason"):
-        from lakesync.monitoring.attention import recovery_command
-
-        command = recovery_command(stream["stopped_reason"])
-        stopped = (f"<div class='stopped'><b>stopped</b><pre>{_esc(stream['stopped_reason'])}</pre>"
-                   + (f"<p>to recover, run: <code class='command'>{_esc(command)}</code></p>" if command else "")
-                   + "</div>")
+    if stream.get("stopped_reason"):  # its command is in the attention list above, once
+        stopped = f"<div class='stopped'><b>stopped</b><pre>{_esc(without_command(stream['stopped_reason']))}</pre></div>"
     dl = "".join(f"<dt>{name}</dt><dd>{_esc(value)}</dd>" for name, value in facts)
     return (f"<section class='card' id='table-{_esc(row['table'])}'><h3>{_esc(row['table'])} "
             f"<span class='badge {kind}'>{state}</span></h3>{stopped}<dl>{dl}</dl>"
@@ -133,21 +136,32 @@ def _links(name: str) -> str:
                                  for kind in kinds)
 
 
+def _attention_item(item: dict[str, Any]) -> str:
+    """One thing that needs attention: its words, then its command (the only place the page shows it)."""
+    where = f"table {_esc(item['table'])}: " if item.get("table") else ""
+    command = (f"<br>to recover, run: <code class='command'>{_esc(item['command'])}</code>"
+               if item.get("command") else "")
+    return f"<li class='{item['level']}'>{item['level'].upper()} {where}{_esc(item['message'])}{command}</li>"
+
+
 def _pipeline(status: dict[str, Any], start: datetime, end: datetime) -> str:
     header = f"<h2>pipeline {_esc(status['pipeline'])}</h2>"
     if status.get("error"):
         return header + f"<pre class='error'>{_esc(status['error'])}</pre>"
-    relay = status.get("relay") or {}
+    from lakesync.monitoring.display import position_text, status_file_stem
+
+    relay, stem = status.get("relay") or {}, status_file_stem(status)
+    where = relay.get("error") or (relay.get("position") and f"at {position_text(relay['position'], stem)}")
     meta = (f"<p class='meta'>{_esc(status.get('database'))} → <code>{_esc(status.get('delta_root'))}</code> · "
-            f"relay {_esc(relay.get('error') or relay.get('position') or 'not started')} · "
-            f"{_links(status['pipeline'])}</p>")
+            f"relay {_esc(where or 'not started')} · {_links(status['pipeline'])}</p>")
     items = status.get("attention") or []
-    notes = "".join(f"<li class='{i['level']}'>{_esc(i['text'])}</li>" for i in items)
+    notes = "".join(_attention_item(item) for item in items)
     attention = (f"<ul class='attention'>{notes}</ul>" if items
                  else "<p class='allwell'>nothing needs attention</p>")
     history = status.get("history") or {}
     limit = status.get("lag_alert_seconds") or 0.0
-    cards = "".join(_table_card(row, history.get(row["table"], []), start, end, limit) for row in status["tables"])
+    cards = "".join(_table_card(row, history.get(row["table"], []), start, end, limit, stem)
+                    for row in status["tables"])
     return header + meta + attention + (cards or "<p>no tables yet</p>")
 
 

@@ -19,9 +19,11 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import GapError
 from lakesync.core.positions import SourcePosition
+from lakesync.events.envelope import EventFormatError
 from lakesync.full_load.load import FullLoad
 from lakesync.stream.app import checkpoint_dir, run_stream
-from tests.oracle import assert_tables_match
+from lakesync.stream.progress import StreamProgress
+from tests.oracle import assert_tables_match, read_delta
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -135,3 +137,74 @@ def test_debezium_topic_starting_after_the_full_load_is_refused(loaded, broker, 
 
     assert "re-run the full load" in str(refused.value.hint)
     assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
+
+
+def test_debezium_topic_written_without_schemas_is_refused_with_the_setting_to_change(
+        loaded, broker, fresh_database, spark):
+    """``value.converter.schemas.enable=false``: each value is Debezium's payload alone. The stream stops before
+    planning a batch, naming the setting, instead of storing DECIMAL, BIT and dates as raw bytes and numbers."""
+    pipeline, p = loaded
+    records = [(json.dumps({"id": k}).encode(),
+                json.dumps(json.loads(_debezium_event(fresh_database, "r", None, _debezium_row(k, *values), p, 0))
+                           ["payload"]).encode())
+               for k, values in ROWS.items()]
+    _produce(broker.bootstrap, pipeline.topic("ledger"), records)
+
+    with pytest.raises(EventFormatError, match=r"schemas\.enable=false") as refused:
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert "value.converter.schemas.enable=true" in str(refused.value.hint)
+    assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
+
+
+def _with_note(event: bytes) -> bytes:
+    """The event as Debezium writes it once ``note VARCHAR(10) DEFAULT 'x'`` was added: the column in the schema."""
+    document = json.loads(event)
+    for part in document["schema"]["fields"][:2]:  # before and after: the row's columns
+        part["fields"] = [*part["fields"], {"type": "string", "optional": True, "default": "x", "field": "note"}]
+    return json.dumps(document).encode()
+
+
+def test_a_column_added_in_debeziums_events_stops_the_table_until_the_command_reloads_it(
+        loaded, mariadb, broker, fresh_database, spark, tmp_path):
+    """``stream.reload_on_schema_change: false``: the change before the first event carrying the new column is
+    applied, the table stops with the column and the command, and after that command it equals the source."""
+    pipeline, p = loaded
+    document = yaml.safe_load((tmp_path / "pipelines" / "dbz.yaml").read_text())
+    document["stream"] = {"reload_on_schema_change": False}
+    (tmp_path / "pipelines" / "dbz.yaml").write_text(yaml.safe_dump(document))
+    pipeline = load_pipeline("dbz", tmp_path / "pipelines")
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE ledger SET label = 'before' WHERE id = 1")
+        cur.execute("ALTER TABLE ledger ADD COLUMN note VARCHAR(10) DEFAULT 'x'")
+        cur.execute("UPDATE ledger SET label = 'after', note = 'y' WHERE id = 2")
+    rows = {key: _debezium_row(key, *values) for key, values in ROWS.items()}
+    at = lambda offset: SourcePosition(p.file, p.offset + offset)  # noqa: E731 - after P, before the next load
+    changed = {**rows[1], "label": "before"}
+    key = lambda k: json.dumps({"id": k}).encode()  # noqa: E731
+    _produce(broker.bootstrap, pipeline.topic("ledger"), [
+        *((key(k), _debezium_event(fresh_database, "r", None, row, p, 0)) for k, row in rows.items()),
+        (key(1), _debezium_event(fresh_database, "u", rows[1], changed, at(10), 0)),
+        (key(2), _with_note(_debezium_event(fresh_database, "u", {**rows[2], "note": "x"},
+                                            {**rows[2], "label": "after", "note": "y"}, at(20), 0)))])
+
+    run_stream(pipeline, once=True, spark=spark)
+
+    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables["ledger"]
+    assert progress.stopped_reason and "'note' (string)" in progress.stopped_reason
+    assert "`lakesync snapshot --pipeline dbz --tables ledger`" in progress.stopped_reason
+    names, delta_rows = read_delta(pipeline.delta.table_uri("ledger"))
+    assert "note" not in names
+    assert {row["id"]: row["label"] for row in delta_rows} == {1: "before", 2: "two", 3: None}
+
+    (reloaded,) = FullLoad(pipeline=pipeline, tables=["ledger"]).run()  # what the command runs
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE ledger SET label = 'later' WHERE id = 3")
+    later = SourcePosition(reloaded.position.file, reloaded.position.offset + 10)
+    _produce(broker.bootstrap, pipeline.topic("ledger"), [(key(3), _with_note(_debezium_event(
+        fresh_database, "u", {**rows[3], "note": "x"}, {**rows[3], "label": "later", "note": "x"}, later, 0)))])
+    run_stream(pipeline, once=True, spark=spark)  # its batch resumes the table from the new load
+
+    assert not StreamProgress.load(pipeline.pipeline_state_dir).tables["ledger"].stopped_reason
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})

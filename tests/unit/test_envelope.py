@@ -17,6 +17,7 @@ from lakesync.events.envelope import (
     decode_schema_change,
     encode,
     encode_schema_change,
+    record_position_key,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -99,11 +100,20 @@ def test_debezium_update_event_from_the_documentation_decodes() -> None:
     assert not event.snapshot
 
 
-def test_debezium_event_without_the_schema_wrapper_decodes_the_same() -> None:
+def test_debezium_event_without_its_schema_is_refused_with_the_converter_setting_to_change() -> None:
+    """schemas.enable=false: the JSON converter writes the payload alone. Its values can't be read exactly."""
     document = json.loads((FIXTURES / "debezium_mysql_update.json").read_text())
-    bare = decode(json.dumps(document["payload"]).encode())
-    wrapped = decode(json.dumps(document).encode())
-    assert (bare.before, bare.after, bare.position) == (wrapped.before, wrapped.after, wrapped.position)
+    bare = json.dumps(document["payload"]).encode()
+    for attempt in (lambda: decode(bare), lambda: record_position_key(bare, None)):
+        with pytest.raises(EventFormatError, match=r"schemas\.enable=false") as refused:
+            attempt()
+        assert "value.converter.schemas.enable=true" in (refused.value.hint or "")
+        assert "inventory.customers" in refused.value.message
+
+
+def test_lakesyncs_own_events_need_no_schema_wrapper() -> None:
+    _, value, _ = encode(_event())
+    assert decode(value).after == _event().after
 
 
 def test_debezium_logical_types_become_lakesync_json_values() -> None:
@@ -124,9 +134,9 @@ def test_debezium_logical_types_become_lakesync_json_values() -> None:
 
 
 def test_debezium_snapshot_read_event_sits_at_row_zero() -> None:
-    document = json.loads((FIXTURES / "debezium_mysql_update.json").read_text())["payload"]
-    document.update(op="r", before=None)
-    document["source"]["snapshot"] = "true"
+    document = json.loads((FIXTURES / "debezium_mysql_update.json").read_text())
+    document["payload"].update(op="r", before=None)
+    document["payload"]["source"]["snapshot"] = "true"
     event = decode(json.dumps(document))
     assert event.snapshot and event.position == SourcePosition("mysql-bin.000003", 364, 0)
 

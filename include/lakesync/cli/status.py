@@ -14,17 +14,20 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from lakesync.cli.arguments import add_pipeline_arguments
 
 DESCRIPTION = """\
-Show a pipeline's state per table: first what needs attention (stopped tables with the command that
-recovers them, a relay that can't be read, tables lagging past lag_alert_seconds, failed validations), then
+Show a pipeline's state per table: first what needs attention (a binlog the relay needs that the source
+purged, or may soon expire, stopped tables, each with the one command that recovers them, a relay that
+can't be read, tables lagging past lag_alert_seconds, failed validations), then
 a table of state, lag, loaded rows and the last validation. --wide adds semantics, key, applied position,
 last batch and the stop message; --json gives all of it (plus the relay's position and covered range).
 
-Reads state files, Delta transaction logs and the relay's offsets topic only: it never scans a table and
-never connects to the source database.
+Reads state files, Delta transaction logs, the relay's offsets topic and the source's binlog list
+(SHOW BINARY LOGS and the expiry settings): it never scans a table. Positions show as FILE:OFFSET[:ROW],
+the form --from-position takes.
 """
 
 
@@ -34,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_pipeline_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--wide", action="store_true", help="every column (for terminals wider than 80)")
-    parser.add_argument("--no-relay", action="store_true", help="don't read the relay's progress from the broker")
+    parser.add_argument("--no-relay", action="store_true",
+                        help="don't read the relay's progress from the broker (nor check the binlog it needs)")
     parser.set_defaults(func=run)
 
 
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds: float, wide: bool = False
                  ) -> None:
     from lakesync.monitoring.attention import attention
+    from lakesync.monitoring.display import position_text, status_file_stem
 
     console.print(f"[bold]pipeline {status['pipeline']}[/] ({status['database']} -> {status['delta_root']})",
                   overflow="fold")
@@ -62,21 +67,29 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
     if items:
         console.print(f"[bold red]{len(items)} thing(s) need attention:[/]")
         for item in items:
-            console.print(f"  {item.describe()}", overflow="fold", markup=False, highlight=False)
+            console.print(f"  {item.describe()}", overflow="fold", markup=False, emoji=False,
+                          highlight=False)
     else:
         console.print(f"[green]nothing needs attention[/] ({len(status['tables'])} tables)")
     console.print(wide_table(status) if wide else narrow_table(status))
     relay = status.get("relay")
     if relay is not None and not relay.get("error"):
-        console.print(f"relay: position {relay.get('position_token') or '-'}, covering "
-                      f"{relay.get('covered_from') or '-'} .. {relay.get('position') or '-'}", overflow="fold")
+        stem = status_file_stem(status)
+        console.print(f"relay: at {position_text(relay.get('position'), stem)}, covering "
+                      f"{position_text(relay.get('covered_from'), stem)} onwards", overflow="fold",
+                      markup=False, emoji=False, highlight=False)
 
 
-_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan", "not synced": "yellow"}
+_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan",
+                "not synced": "yellow"}
+#: a validation result's colour; an append-only table's "not_comparable" is information (it has no key to
+#: compare row for row), never a warning or error colour
+VALIDATION_STYLES = {"equal": "green", "mismatch": "bold red", "error": "bold red", "not_comparable": "blue"}
 
 
-def _text(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _text(value: Any) -> Text:
+    """A cell taken literally: no markup, no emoji codes (``binlog.000003:1234:2`` holds one)."""
+    return Text("-" if value is None else str(value))
 
 
 def _lag(entry: dict[str, Any]) -> str:
@@ -91,7 +104,9 @@ def _validation(entry: dict[str, Any], *, short: bool) -> str:
     if not check:
         return "-"
     when = str(check.get("finished_at") or "")
-    return f"{check['status']} {when[5:16].replace('T', ' ')}" if short else f"{check['status']} at {when}"
+    result = check["status"]
+    text = f"{result} {when[5:16].replace('T', ' ')}" if short else f"{result} at {when}"
+    return f"[{VALIDATION_STYLES[result]}]{text}[/]" if result in VALIDATION_STYLES else text
 
 
 def _row_start(entry: dict[str, Any]) -> list[str]:
@@ -118,6 +133,10 @@ def narrow_table(status: dict[str, Any]) -> Table:
 
 
 def wide_table(status: dict[str, Any]) -> Table:
+    from lakesync.monitoring.attention import without_command
+    from lakesync.monitoring.display import position_text, status_file_stem
+
+    stem = status_file_stem(status)
     table = Table(header_style="bold")
     table.add_column("table", no_wrap=True)
     for column in ("state", "lag", "semantics", "key", "loaded rows", "applied position", "last batch",
@@ -126,7 +145,8 @@ def wide_table(status: dict[str, Any]) -> Table:
     for entry in status["tables"]:
         load, stream = entry.get("full_load") or {}, entry.get("stream") or {}
         table.add_row(*_row_start(entry), _text(entry["semantics"]), ", ".join(entry["key_columns"] or []) or "-",
-                      _text(load.get("rows")), _text(stream.get("applied_position")),
-                      _text(stream.get("last_batch_rows")), _text(stream.get("stopped_reason")),
+                      _text(load.get("rows")), _text(position_text(entry.get("applied_position"), stem)),
+                      _text(stream.get("last_batch_rows")),
+                      _text(stream.get("stopped_reason") and without_command(stream["stopped_reason"])),
                       _validation(entry, short=False))
     return table

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.arguments import add_pipeline_arguments, table_list
+from lakesync.cli.status import VALIDATION_STYLES
 from lakesync.validation.report import ValidationReport
 from lakesync.validation.validate import DEFAULT_ROUNDS, DEFAULT_SETTLE_TIMEOUT_S
 
@@ -70,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-_STYLES = {"equal": "green", "mismatch": "bold red", "error": "bold red", "not_comparable": "yellow"}
 
 
 def report_table(report: ValidationReport) -> Table:
@@ -84,5 +84,5 @@ def report_table(report: ValidationReport) -> Table:
         if result.in_flight_keys:
             detail = f"{detail} ({result.in_flight_keys} keys changed while checking)".strip()
         table.add_row(result.table, str(result.source_rows), str(result.delta_rows), chunks, str(result.rounds),
-                      f"[{_STYLES[result.status]}]{result.status}[/]", detail)
+                      f"[{VALIDATION_STYLES[result.status]}]{result.status}[/]", detail)
     return table

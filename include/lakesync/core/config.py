@@ -168,6 +168,18 @@ class Relay(_Strict):
     )
 
 
+class Recovery(_Strict):
+    """What the pipeline does by itself when it can't go on as it was (docs/operations.md)."""
+
+    when_purged: Literal["fail", "reload"] = Field(
+        default="fail",
+        description="When the binlog position the relay resumes from is no longer on the source (purged): "
+        "'fail' stops the relay with the command that recovers (`lakesync snapshot --pipeline NAME --restart`); "
+        "'reload' makes the relay run that re-load of every table itself, then go on from the load's position "
+        "(as Debezium's snapshot.mode when_needed does).",
+    )
+
+
 class Monitoring(_Strict):
     """Where operators read the pipeline's figures (docs/operations.md, "Metrics" and "History")."""
 
@@ -178,6 +190,11 @@ class Monitoring(_Strict):
     )
     history_interval_seconds: float = Field(default=60, gt=0, description="One history row per table per interval.")
     history_retention_days: float = Field(default=14, gt=0, description="History rows older than this are deleted.")
+    binlog_expiry_warning_seconds: float = Field(
+        default=6 * 3600, ge=0,
+        description="`lakesync status` and the health DAG warn when the binlog file the relay still needs may "
+        "expire on the source (binlog_expire_logs_seconds / expire_logs_days) within this many seconds.",
+    )
 
     @field_validator("metrics_address")
     @classmethod
@@ -208,6 +225,7 @@ class Pipeline(_Strict):
     relay: Relay = Field(default_factory=Relay)
     settlement: Settlement = Field(default_factory=Settlement)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    recovery: Recovery = Field(default_factory=Recovery)
     state_dir: str = Field(
         default="${LAKESYNC_STATE_DIR:-.lakesync}/pipelines",
         description="Where checkpoints and load progress live (per pipeline subfolder).",

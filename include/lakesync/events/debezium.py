@@ -30,6 +30,8 @@ from lakesync.core.errors import ConfigError, LakesyncError
 from lakesync.core.positions import SourcePosition
 
 _EPOCH = dt.datetime(1970, 1, 1)
+#: the ``source.version`` lakesync's relay writes (lakesync.events.envelope.EVENT_FORMAT, which imports this module)
+LAKESYNC_EVENT_FORMAT = "lakesync.event.v1"
 _EPOCH_DATE = dt.date(1970, 1, 1)
 
 
@@ -158,6 +160,61 @@ def field_converter(field_schema: Mapping[str, Any]) -> Callable[[Any], Any] | N
         return _boolean
     # ZonedTimestamp/ZonedTime are ISO strings already; Json, Enum, EnumSet are strings; bytes are base64.
     return None
+
+
+RowFields = tuple[Mapping[str, Any], ...]
+#: one shared tuple per distinct column list: every event carries its schema, and a batch's events must not
+#: each keep their own copy alive (bounded: cleared when it grows past _ROW_FIELDS_MAX column lists)
+_row_fields: dict[tuple[str, ...], RowFields] = {}
+_ROW_FIELDS_MAX = 1024
+
+
+def row_fields(schema: Mapping[str, Any]) -> RowFields | None:
+    """The column schemas of the row images (the ``after`` struct, the same as ``before``): what a column that
+    appears in the events is, as Debezium describes it; the same object for every event with the same columns.
+    None when the schema has no row struct."""
+    for part in schema.get("fields") or ():
+        if part.get("field") in ("after", "before") and part.get("type") == "struct":
+            fields = part.get("fields") or ()
+            names = tuple(str(column.get("field")) for column in fields)
+            shared = _row_fields.get(names)
+            if shared is None:
+                if len(_row_fields) >= _ROW_FIELDS_MAX:
+                    _row_fields.clear()
+                shared = _row_fields[names] = tuple(fields)
+            return shared
+    return None
+
+
+def describe_field(field_schema: Mapping[str, Any]) -> str:
+    """A column's type as Debezium's schema gives it, for messages: ``int32``, ``io.debezium.time.Date``,
+    ``org.apache.kafka.connect.data.Decimal(10,2)``; ``NOT NULL`` when the field is not optional."""
+    text = str(field_schema.get("name") or field_schema.get("type") or "?")
+    parameters = field_schema.get("parameters") or {}
+    if "connect.decimal.precision" in parameters:
+        text += f"({parameters['connect.decimal.precision']},{parameters.get('scale', 0)})"
+    if field_schema.get("optional") is False:
+        text += " NOT NULL"
+    return text
+
+
+def refuse_schemaless(source: Mapping[str, Any]) -> None:
+    """Raise when an event without the JSON converter's ``{"schema", "payload"}`` wrapper was not written by
+    lakesync's relay: Debezium's connector ran with ``schemas.enable=false``, so DECIMAL (base64 bytes),
+    BIT, and temporal columns (epoch numbers) cannot be told from plain strings and numbers, and would be
+    stored wrong. lakesync's own events need no schema: their values are already in lakesync's JSON form."""
+    version = source.get("version")
+    if version is None or version == LAKESYNC_EVENT_FORMAT:
+        return
+    connector = source.get("connector") or "?"
+    raise EventFormatError(
+        f"a change event of {source.get('db')}.{source.get('table')} was written by Debezium ({connector} "
+        f"connector, version {version}) without its schema: Kafka Connect's JSON converter ran with "
+        "schemas.enable=false, and without the schema DECIMAL, BIT, date and time values cannot be read exactly",
+        hint="set value.converter.schemas.enable=true (and key.converter.schemas.enable=true) for the connector "
+        "(worker or connector configuration), restart it so that its topics carry {\"schema\", \"payload\"}, "
+        "then re-run the full load of the affected tables (`lakesync snapshot --pipeline P --tables T`) so the "
+        "stream starts after the records without schema; docs/debezium.md")
 
 
 def envelope_converters(schema: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Any]]]:

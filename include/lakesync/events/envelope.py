@@ -13,10 +13,11 @@ One Kafka record per row change (see docs/events.md for the full contract):
 ``source.pos`` is the *end* offset of the binlog event and ``source.row`` the 0-based row inside it, so
 the lakesync position is ``(file, pos, row + 1)``; snapshot rows (``op`` ``r``) sit at ``(file, pos, 0)``.
 
-:func:`decode` also reads events written by Debezium's MySQL connector, with or without the JSON
-converter's ``{"schema", "payload"}`` wrapper, converting Debezium's logical types to lakesync's JSON form
-where the schema says what they are, and taking the position from the ``source`` block when the
-``lakesync.pos`` header is missing (:mod:`lakesync.events.debezium`). Schema changes travel as a separate message type on the pipeline's
+:func:`decode` also reads events written by Debezium's MySQL connector with the JSON converter's
+``{"schema", "payload"}`` wrapper, converting Debezium's logical types to lakesync's JSON form as the schema
+says what they are, and taking the position from the ``source`` block when the ``lakesync.pos`` header is
+missing (:mod:`lakesync.events.debezium`). Debezium's events without the wrapper (``schemas.enable=false``)
+are refused with the setting to change: their DECIMAL, BIT and temporal values can't be read exactly. Schema changes travel as a separate message type on the pipeline's
 ``<prefix>.<db>._schema`` topic (:class:`SchemaChangeEvent`).
 """
 
@@ -29,13 +30,17 @@ from typing import Any
 
 from lakesync.core.positions import MIN_KEY, SourcePosition, binlog_file_index, file_stem
 from lakesync.events.debezium import (
+    LAKESYNC_EVENT_FORMAT,
     EventFormatError,
+    RowFields,
     convert_row,
     envelope_converters,
     position_from_source_block,
+    refuse_schemaless,
+    row_fields,
 )
 
-EVENT_FORMAT = "lakesync.event.v1"
+EVENT_FORMAT = LAKESYNC_EVENT_FORMAT
 SCHEMA_FORMAT = "lakesync.schema.v1"
 CONNECTOR = "mysql"
 #: Suffix of the per-pipeline schema-change topic: ``<prefix>.<db>._schema``.
@@ -82,6 +87,9 @@ class ChangeEvent:
     name: str = "lakesync"
     snapshot: bool = False
     emitted_ms: int | None = None
+    #: the row images' column schemas, for events Debezium wrote with its schema (None for lakesync's): a
+    #: column there that the Delta table lacks was added at the source (lakesync.stream.decode.added_columns)
+    row_fields: RowFields | None = None
 
 
 @dataclass(slots=True)
@@ -243,7 +251,9 @@ def record_position_key(value: bytes | str | None, headers: Iterable[tuple[str, 
         return key
     if value is None:
         return None
-    payload, _ = _unwrap(_loads(value))
+    payload, schema = _unwrap(_loads(value))
+    if schema is None:
+        refuse_schemaless(payload.get("source") or {})
     return position_from_source_block(payload.get("source") or {}, payload.get("op") or "c").key()
 
 
@@ -262,10 +272,14 @@ def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mappi
         raise EventFormatError(f"unknown op {op!r} (expected c, u, d or r)")
     source = payload.get("source") or {}
     before, after = payload.get("before"), payload.get("after")
+    fields = None
     if schema is not None:
         converters = envelope_converters(schema)
         before = convert_row(before, converters.get("before"))
         after = convert_row(after, converters.get("after"))
+        fields = row_fields(schema)
+    else:
+        refuse_schemaless(source)
     header_map = _header_map(headers)
     key_kind = header_map.get(H_KEY)
     key_dict: dict[str, Any] | None = None
@@ -287,6 +301,7 @@ def decode(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mappi
         name=source.get("name") or "",
         snapshot=snapshot is True or (isinstance(snapshot, str) and snapshot.lower() in _SNAPSHOT_TRUE),
         emitted_ms=payload.get("ts_ms"),
+        row_fields=fields,
     )
 
 

@@ -1,15 +1,17 @@
 """What needs an operator's attention first, in words, from a :func:`lakesync.monitoring.status.pipeline_status`.
 
 One pure function for ``lakesync status``, the Airflow view and the stream DAG's health check, so the three
-never disagree on what is wrong. Items come most urgent first: stopped tables (with the command the stream
-recorded to recover them), a relay that can't be read, tables lagging past ``stream.lag_alert_seconds``,
-selected tables that appeared after the load and are not synced, validations that found differences.
+never disagree on what is wrong. Items come most urgent first: a binlog the relay needs that is purged (or
+about to expire), stopped tables (with the command the stream recorded to recover them), a relay that can't
+be read, tables lagging past ``stream.lag_alert_seconds``, selected tables that appeared after the load and
+are not synced, validations that found differences. Each item's command is its own field, never repeated in
+its message.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 #: the command inside a stopped table's message (the stream writes "... run `lakesync ...`")
@@ -50,6 +52,11 @@ def recovery_command(reason: str | None) -> str | None:
     return match.group(1) if match else None
 
 
+def without_command(reason: str) -> str:
+    """The message with its command replaced by a pointer, so the command is shown once, on its own."""
+    return _COMMAND.sub("(see the recovery command)", reason)
+
+
 def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Attention]:
     """Everything that needs a look, most urgent first; empty when all is well."""
     stopped, lagging, checks = [], [], []
@@ -58,7 +65,8 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         stream = entry.get("stream") or {}
         reason = stream.get("stopped_reason")
         if reason:
-            stopped.append(Attention("alert", name, f"stopped: {reason.splitlines()[0]}", recovery_command(reason)))
+            stopped.append(Attention("alert", name, f"stopped: {without_command(reason.splitlines()[0])}",
+                                     recovery_command(reason)))
             continue
         lag = stream.get("lag_seconds")
         if lag is not None and lag > lag_alert_seconds:
@@ -77,12 +85,23 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         relay_items.append(Attention("warning", None, f"relay throttled: the stream is {pressure.get('lag_records')} "
                                                       f"records behind (bound {pressure.get('max_lag')}); the relay "
                                                       "waits, nothing is dropped"))
-    return stopped + relay_items + lagging + not_synced(status) + checks
+    binlog = _binlog_item(status)
+    if binlog is not None and binlog.command:  # a purged binlog: its pipeline-wide re-load covers every table,
+        stopped = [replace(item, command=None) for item in stopped]  # so one command is shown, not one per table
+    alerts = [binlog] if binlog is not None and binlog.level == "alert" else []
+    warnings = [binlog] if binlog is not None and binlog.level == "warning" else []
+    return alerts + stopped + relay_items + lagging + warnings + not_synced(status) + checks
+
+
+def _binlog_item(status: dict[str, Any]) -> Attention | None:
+    from lakesync.monitoring.binlog_retention import binlog_attention
+
+    found = binlog_attention(status["pipeline"], status.get("binlog"))
+    return None if found is None else Attention(found[0], None, found[1], found[2])
 
 
 def not_synced(status: dict[str, Any]) -> list[Attention]:
     """Selected tables that appeared after the full load and are not streamed, with why (stream/new_tables.py)
-    and, once, the command that loads them."""
-    return [Attention("warning", entry["table"], f"not synced: {_COMMAND.sub('the command below', reason)}",
-                      recovery_command(reason))
+    and the command that loads them."""
+    return [Attention("warning", entry["table"], f"not synced: {without_command(reason)}", recovery_command(reason))
             for entry in status.get("tables", []) if (reason := (entry.get("stream") or {}).get("not_synced"))]

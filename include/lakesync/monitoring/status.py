@@ -4,7 +4,9 @@ Cheap on purpose, because the Airflow view calls it on every page load: it reads
 (the full load's ``full_load.json``, the stream's ``stream_progress.json``), the Delta tables' transaction
 logs (metadata: version, file count, row count and the largest ``_lakesync_pos`` from file statistics; never
 a data scan), the small validation-runs table, and, unless ``relay=False``, the relay's stored progress from
-its offsets topic (one short read of a compacted topic). It never connects to the source database.
+its offsets topic (one short read of a compacted topic). Unless ``binlog=False`` it then asks the source for
+its binlog list and expiry (``SHOW BINARY LOGS``, two variables; short timeouts), to see whether the binlog
+the relay needs is still there: ``"binlog"`` in the shape below. It never reads a table.
 
 Shape::
 
@@ -13,6 +15,9 @@ Shape::
      "relay": {"position": "...", "covered_from": "...", "updated_ms": 0,
                "backpressure": {"throttling": false, "lag_records": 0, "max_lag": 0, "since_ms": null, ...} | null}
               | {"error": "...", "backpressure": ...} (absent with relay=False),
+     "binlog": {"state": "ok" | "expiring" | "purged", "needed_position": "binlog.000012:4", "needed_by": "...",
+                "file": "...", "oldest_file": "...", "expire_seconds": 0 | null, "expires_in_seconds": 0.0 | null}
+               | {"error": "..."} | null (absent with relay=False or binlog=False),
      "tables": [{"table": "customers", "semantics": "exactly_once", "key_columns": ["id"],
                  "full_load": {...} | null, "stream": {...} | null, "applied_position": "..." | null,
                  "delta": {...} | null, "last_validation": {...} | null, "lagging": false}]}
@@ -35,9 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesync.core.config import Pipeline
+from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import LakesyncError
 from lakesync.core.table_layout import POS
 from lakesync.full_load.state import LoadState
+from lakesync.monitoring.binlog_retention import binlog_status
 from lakesync.stream.progress import StreamProgress, TableProgress, applied_from, delta_max_position
 from lakesync.validation.store import last_results
 
@@ -85,8 +92,11 @@ def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any
             "covered_from": progress.covered_from.key(), "updated_at": _iso_ms(progress.updated_ms or None)}
 
 
-def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0) -> dict[str, Any]:
-    """The pipeline's state per table (see the module docstring for the shape)."""
+def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0, binlog: bool = True,
+                    source: MySQLConnection | None = None) -> dict[str, Any]:
+    """The pipeline's state per table (see the module docstring for the shape). ``binlog`` (with ``relay``)
+    adds whether the binlog the relay needs is still on the source (``source``: its connection settings,
+    else the pipeline's connection id), :mod:`lakesync.monitoring.binlog_retention`."""
     from lakesync.sink.tombstones import tombstone_uri  # the sink package loads the whole Delta writer
 
     now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
@@ -142,4 +152,6 @@ def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: 
         from lakesync.relay.backpressure import load_state as load_backpressure  # lakesync.relay needs Kafka
 
         status["relay"]["backpressure"] = load_backpressure(pipeline.pipeline_state_dir)
+        if binlog:
+            status["binlog"] = binlog_status(pipeline, status["relay"], source=source, timeout_s=relay_timeout_s)
     return status

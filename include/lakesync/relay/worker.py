@@ -9,7 +9,11 @@ events re-sent from there are harmless because the sink orders changes by their 
 
 Start position, first found wins: ``from_position`` (``--from-position``) > the stored progress > the
 position the last full load recorded (``<pipeline state dir>/full_load.json``) > the server's current
-position. The choice is logged.
+position. The choice is logged. One exception: when the stored progress is no longer on the server (the
+binlog was purged) and the full load's position is newer, the load re-captured every table after the stored
+progress (``full_load.json`` keeps the smallest position of all loaded tables), so the relay starts from the
+load's position, once the load has finished: after a purge, ``lakesync snapshot --pipeline NAME --restart``
+is the whole recovery. With ``recovery.when_purged: reload`` the relay runs that re-load itself.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pymysql
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.errors import (
+    BinlogPurgedError,
     BrokerError,
     BrokerUnavailableError,
     LakesyncError,
@@ -41,6 +46,7 @@ from lakesync.events.envelope import (
     encode,
     encode_schema_change,
 )
+from lakesync.full_load.state import LoadState
 from lakesync.monitoring.metrics import PipelineMetrics
 from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
@@ -102,6 +108,20 @@ def full_load_position(pipeline: Pipeline) -> SourcePosition | None:
     except (OSError, ValueError, KeyError, TypeError, LakesyncError) as exc:
         log.warning("ignoring %s: it has no readable position (%s)", path, exc)
         return None
+
+
+def _finished_load_position(pipeline: Pipeline) -> SourcePosition | None:
+    """The full load's position once the load has finished (every table it selected is loaded at or after it)."""
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    return state.position if state.finished_at else None
+
+
+def _not_on_server(conn: Any, position: SourcePosition) -> bool:
+    try:
+        check_position_available(conn, position)
+    except BinlogPurgedError:
+        return True
+    return False
 
 
 class Relay:
@@ -192,11 +212,33 @@ class Relay:
         if explicit is not None:
             return explicit, "--from-position"
         if stored is not None:
+            reloaded = _finished_load_position(self.pipeline)
+            if reloaded is not None and reloaded > stored.position and _not_on_server(conn, stored.position):
+                return reloaded, (f"the full load's position: the stored progress {stored.position.token()} is no "
+                                  "longer on the server, and the finished load (newer) re-captured every table")
             return stored.position, f"stored progress in {self.store.topic}"
         loaded = full_load_position(self.pipeline)
         if loaded is not None:
             return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / FULL_LOAD_FILE})"
         return current_position(conn), "the server's current position (no progress, no full load yet)"
+
+    def _reload_after_purge(self, purged: SourcePosition) -> tuple[SourcePosition, str]:
+        """``recovery.when_purged: reload``: the changes after ``purged`` are gone from the source, so re-load
+        every table (what ``lakesync snapshot --restart`` does) and start from the load's position. Nothing is
+        published meanwhile, so Kafka holds no change newer than the load for the stream to merge."""
+        from lakesync.full_load.load import FullLoad  # the loader's Delta writer only when needed
+
+        log.warning("relay %s: the binlog at %s is no longer on the source; re-loading every table "
+                    "(recovery.when_purged: reload)", self.store.relay, purged.token())
+        FullLoad(self.pipeline, restart=True).run()
+        loaded = _finished_load_position(self.pipeline)
+        if loaded is None:  # a load of no table records no position
+            command = f"lakesync snapshot --pipeline {self.pipeline.name} --restart"
+            raise BinlogPurgedError(f"binlog purged: {purged.token()} is no longer on the server, and the re-load "
+                                    "recorded no position (no table selected?)",
+                                    hint=f"check tables.include, then run `{command}`")
+        log.warning("relay %s: re-load done; starting at its position %s", self.store.relay, loaded.token())
+        return loaded, f"a re-load of every table (recovery.when_purged: reload; {purged.token()} was purged)"
 
     # -- DDL ------------------------------------------------------------------------------------------
     def _selected(self, table: str) -> bool:
@@ -290,6 +332,9 @@ class Relay:
             self.store.ensure_topic(self.topics)
             stored = self.store.load()
             start, origin = self._start_position(conn, from_position, stored)
+            if from_position is None and self.pipeline.recovery.when_purged == "reload" \
+                    and _not_on_server(conn, start):
+                start, origin = self._reload_after_purge(start)
             check_position_available(conn, start)
             covered_from = start
             if stored is not None and start <= stored.position:

@@ -144,8 +144,8 @@ def check_position_available(conn: Any, position: SourcePosition) -> None:
         f"binlog purged: {position.file} (needed for position {position.token()}) is no longer on the server; "
         f"the oldest binlog there is {oldest}. Changes after that position are lost to the relay: "
         "re-run the full load",
-        hint="run `lakesync load --pipeline NAME` to take a new snapshot, then start the relay again; "
-        "raise binlog_expire_logs_seconds so the binlog outlives relay outages",
+        hint="re-load every table: `lakesync snapshot --pipeline NAME --restart`; the relay then starts from the "
+        "new load's position by itself. Raise binlog_expire_logs_seconds so the binlog outlives relay outages",
     )
 
 

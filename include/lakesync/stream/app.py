@@ -37,12 +37,12 @@ from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.data_loss import check_nothing_deleted
-from lakesync.stream.decode import user_schema
+from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
-from lakesync.stream.schema_changes import plan_schema_change, resnapshot_note
+from lakesync.stream.schema_changes import columns_added_in_events, plan_schema_change, resnapshot_note
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,9 @@ class BatchApplier:
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
+        for table_name, stop in self._columns_added(batch.raw).items():
+            if table_name not in stop_at or stop.key < stop_at[table_name].key:
+                stop_at[table_name] = stop
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
             batch = run_on_executors(batch_df, self.plan(stop_before), self.source)
@@ -379,6 +382,22 @@ class BatchApplier:
             self._adopt_load(name, joined.entry)
             progress.not_synced, progress.joined = None, f"{utc_now()}: {joined.note}"
             self.joined.append(name)
+
+    def _columns_added(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
+        """The tables whose Debezium events (decoded on the driver: the executors send such records raw) carry a
+        column their Delta table lacks, each to be re-loaded or stopped at the first event that carries one
+        (:func:`lakesync.stream.schema_changes.columns_added_in_events` says why never in place). Events at
+        or before the table's load position are left out: the load holds what they did."""
+        stops: dict[str, _Stop] = {}
+        for table_name, changes in (raw.tables.items() if raw is not None else ()):
+            if table_name not in self.sinks or self._stopped(table_name):
+                continue
+            added = changes.added_columns(user_schema(self.schemas[table_name]),
+                                          after=self._table(table_name).handoff_key)
+            if added:
+                action = columns_added_in_events(table_name, added, pipeline=self.pipeline.name)
+                stops[table_name] = _Stop(added[0].first_position, action.stop_reason or "", action.reload)
+        return stops
 
     def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
         changes, count = reduced.rows, reduced.changes

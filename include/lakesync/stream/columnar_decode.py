@@ -8,10 +8,10 @@ straight into the Delta table's types where Arrow parses the JSON form itself (n
 strings); ISO dates and timestamps are cast as :func:`lakesync.core.types.arrow_table_from_json_rows`
 casts them, and only binary columns (base64) are converted value by value, by the same function.
 
-Everything else (Debezium's events, with or without the converter's schema wrapper, records without a
-position header, values the JSON reader refuses) goes through the record decoder, so the two paths can
-never disagree on a value: the fast path either produces exactly what the record decoder would, or is
-not taken. tests/unit/test_columnar_decode.py holds the equivalence over every type of docs/types.md.
+Everything else (Debezium's events, records without a position header, values the JSON reader refuses)
+goes through the record decoder, so the two paths can never disagree on a value: the fast path either
+produces exactly what the record decoder would, or is not taken. Debezium's events that carry a column the
+table lacks raise :class:`ColumnsAddedError` instead of losing it (the driver decides). tests/unit/test_columnar_decode.py holds the equivalence over every type of docs/types.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from lakesync.core.positions import MIN_KEY
 from lakesync.core.table_layout import DELETE_OP, META_COLUMNS
 from lakesync.core.types import arrow_value_from_json
 from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS
-from lakesync.stream.decode import CHANGE_OPS, decode_batch, header_column
+from lakesync.stream.decode import CHANGE_OPS, ColumnsAddedError, decode_batch, header_column
 
 #: ``SourcePosition.key()`` exactly: a header of this shape is the position the record decoder would
 #: rebuild, character for character (it parses the three numbers and prints them at these widths).
@@ -114,6 +114,10 @@ def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema)
     changes = decode_batch(records, {topic: table}).tables.get(table)
     if changes is None:
         return _empty(schema)
+    added = changes.added_columns(schema)
+    if added:  # never dropped here: the driver evolves the table or re-loads it (BatchApplier)
+        raise ColumnsAddedError(f"Debezium's events of {table} carry columns {[c.name for c in added]} "
+                                "the Delta table lacks")
     return changes.to_arrow(schema)
 
 

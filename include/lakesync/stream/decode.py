@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from lakesync.core.table_layout import META_COLUMNS
 from lakesync.core.types import arrow_table_from_json_rows
+from lakesync.events.debezium import describe_field
 from lakesync.events.envelope import (
     H_KEY,
     H_POS,
@@ -35,6 +36,21 @@ HEADERS_READ = (H_POS, H_KEY)
 def user_schema(delta_schema: pa.Schema) -> pa.Schema:
     """The source columns of a target table (its schema without lakesync's own columns)."""
     return pa.schema([f for f in delta_schema if not f.name.startswith("_lakesync_")])
+
+
+@dataclass(frozen=True)
+class AddedColumn:
+    """A column Debezium's events carry that the Delta table lacks: its name, its type as the events' schema
+    gives it, and the position key of the first event that carries it (the source added it before that)."""
+
+    name: str
+    event_type: str
+    first_position: str
+
+
+class ColumnsAddedError(Exception):
+    """Debezium's events of a table carry a column its Delta table lacks. Raised on an executor, it sends the
+    records to the driver raw (lakesync.stream.reduce), which decides what the table does."""
 
 
 @dataclass
@@ -66,6 +82,31 @@ class TableChanges:
         for name, column in zip(META_COLUMNS, meta, strict=True):
             table = table.append_column(name, column)
         return table
+
+    def added_columns(self, schema: pa.Schema, *, after: str = "") -> list[AddedColumn]:
+        """The columns of Debezium's events (their schema's row fields) that ``schema`` lacks, each with the
+        first position carrying it, in events positioned after ``after``. lakesync's own events are left out:
+        their schema changes travel on the schema topic. Sorted by first position, then name."""
+        known = set(schema.names)
+        found: dict[str, AddedColumn] = {}
+        unknown_by_fields: dict[int, list[Mapping[str, Any]]] = {}  # events share their column list's object
+        for event in self.events:
+            if event.row_fields is None:
+                continue
+            unknown = unknown_by_fields.get(id(event.row_fields))
+            if unknown is None:
+                unknown = unknown_by_fields[id(event.row_fields)] = [
+                    column for column in event.row_fields if column.get("field") not in known]
+            if not unknown:
+                continue
+            key = event.position.key()
+            if key <= after:
+                continue
+            for column in unknown:
+                name = str(column.get("field"))
+                if name not in found or key < found[name].first_position:
+                    found[name] = AddedColumn(name, describe_field(column), key)
+        return sorted(found.values(), key=lambda c: (c.first_position, c.name))
 
 
 @dataclass

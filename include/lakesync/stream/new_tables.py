@@ -140,5 +140,5 @@ def _entry(pipeline: Pipeline, name: str) -> TableLoad | None:
 
 def not_synced_note(pipeline: Pipeline, arrival: Arrival) -> str:
     """What status says of a new table while ``stream.join_new_tables`` is off."""
-    return (f"{arrival.describe()}, after the full load; stream.join_new_tables is off: load it with "
-            f"`lakesync snapshot --pipeline {pipeline.name} --tables {arrival.table}`, then restart the stream")
+    return (f"{arrival.describe()}, after the full load; stream.join_new_tables is off, so it needs its own load, "
+            f"then a restart of the stream: `lakesync snapshot --pipeline {pipeline.name} --tables {arrival.table}`")

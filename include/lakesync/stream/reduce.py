@@ -14,9 +14,10 @@ topic may have been re-partitioned): the sink's own reduction on the driver take
 What reaches the driver is one row per chunk of reduced rows (an Arrow IPC stream in a binary value) plus
 the raw records of the schema-change topic, which the driver decodes itself (there are few), and for the
 topics of stopped tables the newest position read (what a stopped table did not get). Records that
-do not decode with the table's current schema (a column changed type in this very batch) go to the driver
-raw as well: it decodes them with the record decoder after applying the batch's schema changes, as the
-stream always did, so a DDL in the middle of a batch is handled exactly as before.
+do not decode with the table's current schema (a column changed type in this very batch, or Debezium's
+events carrying a column the table lacks) go to the driver raw as well: it decodes them with the record
+decoder after applying the batch's schema changes, as the stream always did, so a DDL in the middle of a
+batch is handled exactly as before.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakesync.core.errors import LakesyncError
 from lakesync.core.memory import release_free_memory
-from lakesync.events.envelope import H_POS, SchemaChangeEvent
+from lakesync.events.envelope import H_POS, SchemaChangeEvent, record_position_key
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.kafka.spark_source import KafkaInputPartition, ranges_of, read_range
 from lakesync.sink.changes import last_change_per_key
@@ -96,14 +99,27 @@ class _Reducer:
 
 
 def _note_newest(records: pa.Table, watch_topics: frozenset[str], newest: dict[str, str]) -> None:
-    """Keep, per watched topic, the newest ``lakesync.pos`` header of the records (a run of one topic)."""
+    """Keep, per watched topic, the newest position of the records (a run of one topic): their ``lakesync.pos``
+    headers, or for records without one (Debezium's) the position of their ``source`` block."""
     topic = records.column("topic")[0].as_py() if records.num_rows else None
     if topic not in watch_topics:
         return
     positions = header_column(records.column("headers").combine_chunks(), H_POS).cast(pa.string())
-    top = pc.max(positions).as_py()
+    top: str | None = pc.max(positions).as_py()
+    bare = records.filter(pc.and_(pc.is_null(positions), pc.is_valid(records.column("value"))))
+    keys = [key for value in cast(list[bytes], bare.column("value").to_pylist())
+            if (key := _position_or_none(value)) is not None]
+    top = max([*keys, *([top] if top is not None else [])], default=None)
     if top is not None and top > newest.get(topic, ""):
         newest[topic] = top
+
+
+def _position_or_none(value: bytes) -> str | None:
+    """A record's position key from its value, or None when it is no change event (the decoder says why)."""
+    try:
+        return record_position_key(value, None)
+    except (LakesyncError, ValueError):
+        return None
 
 
 def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:

@@ -34,6 +34,7 @@ import pyarrow as pa
 from lakesync.core.errors import SchemaChangeError
 from lakesync.core.types import ColumnSpec, arrow_field
 from lakesync.events.envelope import SchemaChangeEvent
+from lakesync.stream.decode import AddedColumn
 
 #: SQL type names sqlglot renders differently from information_schema's DATA_TYPE.
 _TYPE_ALIASES = {"boolean": ("tinyint", "tinyint(1)"), "bool": ("tinyint", "tinyint(1)")}
@@ -65,6 +66,27 @@ def resnapshot_note(pipeline: str, table: str) -> str:
     """What a stopped table's message says to do: the command that re-loads it (the stream then resumes it
     from the new load by itself)."""
     return f"re-run the full load for this table: `lakesync snapshot --pipeline {pipeline} --tables {table}`"
+
+
+def columns_added_in_events(table: str, added: list[AddedColumn], *, pipeline: str) -> SchemaAction:
+    """Pure: the action for columns that appeared in Debezium's events of ``table`` (``added``, from
+    :meth:`lakesync.stream.decode.TableChanges.added_columns`): the table is re-loaded (or stopped with the
+    command that re-loads it) at the first event carrying one.
+
+    Never in place: Debezium's schema does not say what the rows that existed got. Measured with Debezium 3.5's
+    MariaDB connector: ``INT NULL`` (NULL in every existing row) and ``INT DEFAULT (1+1)`` (2 in every row)
+    arrive with the same field schema, ``{"type": "int32", "optional": true}``; a ``DATETIME(6) DEFAULT
+    CURRENT_TIMESTAMP(6)`` arrives with the default 0; a ``VARCHAR DEFAULT 'it''s'`` with the default
+    ``"it''s"``. Adding the column with NULL or Debezium's default would leave Delta different from the source
+    for every row that existed, so the table is loaded again instead (docs/debezium.md)."""
+    columns = ", ".join(f"{c.name!r} ({c.event_type})" for c in added)
+    first = min(c.first_position for c in added)
+    return SchemaAction(
+        stop_reason=f"column(s) {columns} appeared in Debezium's events of {table} at {first}: a column added at "
+                    "the source. Debezium's event schema does not say what the existing rows got (a column added "
+                    "with no default and one whose default is an expression look the same), so Delta can't "
+                    f"follow it in place; {resnapshot_note(pipeline, table)}",
+        reload=True)
 
 
 def sql_literal(arrow_type: pa.DataType, text: str) -> str | None:
