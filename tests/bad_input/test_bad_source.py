@@ -8,6 +8,8 @@ the refused event.
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -179,3 +181,24 @@ def test_an_unreachable_source_is_named_without_a_traceback(lab, monkeypatch):
     assert "cannot connect to the source at lakesync@127.0.0.1:1" in caught.value.message
     assert isinstance(caught.value.__cause__, pymysql.err.OperationalError)
     _nothing_loaded(lab, pipeline)
+
+
+def test_a_relay_whose_source_stays_down_gives_up_after_the_configured_time(lab, monkeypatch, capsys, caplog):
+    from lakesync_devkit.dev.processes import free_port
+
+    from lakesync.cli.main import main
+
+    monkeypatch.setenv("AIRFLOW_CONN_LAKESYNC_DEMO_MYSQL", f"mysql://lakesync:x@127.0.0.1:{free_port()}/")
+    lab.pipeline(relay={"give_up_after_seconds": 4})
+    started = time.monotonic()
+    code = main(["relay", "--pipeline", lab.name, "--pipelines-dir", str(lab.pipelines_dir)])
+    took = time.monotonic() - started
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert 4 <= took < 15, took  # with the last attempt when the time is up, not after the next backoff
+    assert re.search(r"error: the relay gave up after [45] s of failed attempts \(\d+\)", error), error
+    assert "cannot connect to the source lakesync@127.0.0.1" in error and "Connection refused" in error
+    assert "hint: bring the server (or the broker) back, then start the relay again" in error
+    assert "Traceback" not in error
+    attempts = [r.getMessage() for r in caplog.records if "to resume from the committed progress" in r.getMessage()]
+    assert len(attempts) >= 2 and "attempt 1 " in attempts[0] and "relay.give_up_after_seconds" in attempts[0]

@@ -88,7 +88,8 @@ def print_status(console: Console, status: dict[str, Any], *, lag_alert_seconds:
                       markup=False, emoji=False, highlight=False)
 
 
-_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan"}
+_STATE_STYLE = {"stopped": "bold red", "lagging": "bold red", "streaming": "green", "loaded": "cyan",
+                "not synced": "yellow"}
 #: a validation result's colour; an append-only table's "not_comparable" is information (it has no key to
 #: compare row for row), never a warning or error colour
 VALIDATION_STYLES = {"equal": "green", "mismatch": "bold red", "error": "bold red", "not_comparable": "blue"}

@@ -138,6 +138,12 @@ class Stream(_Strict):
         description="Re-load a table from the stream when a DDL can't be followed in place (the stream waits "
         "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
     )
+    join_new_tables: bool = Field(
+        default=False,
+        description="Stream a selected table that appears after the full load without a restart: one created "
+        "in the change log from its CREATE TABLE on, one renamed in through its own load (docs/operations.md, "
+        "\"A table created after the load\"); false: status names it with the command that loads it.",
+    )
 
 
 class Relay(_Strict):

@@ -194,6 +194,47 @@ class FullLoad:
         if self.on_progress:
             self.on_progress(name, rows, total)
 
+    # a table created in the change log ---------------------------------------------------------------------
+    def source_tables(self) -> list[str]:
+        """The source database's tables now."""
+        assert self.connection is not None
+        conn = connect(self.connection, database=self.database)
+        try:
+            return list_tables(conn, self.database)
+        finally:
+            conn.close()
+
+    def source_has(self, name: str) -> bool:
+        return name in self.source_tables()
+
+    def start_at_creation(self, name: str, created: SourcePosition,
+                          same_shape: Callable[[TableShape], bool]) -> TableResult | None:
+        """Record ``name``, created at ``created`` after the relay's coverage began, as loaded at that position
+        with no row read: its CREATE TABLE and every row event after it are in the change log, so an empty
+        Delta table at ``created`` plus the stream is the whole table. A snapshot would not do better, and the
+        position of the latest CREATE (not the topic's beginning) keeps the rows of a dropped earlier table
+        with the same name out.
+
+        None, with nothing written, when the table is gone from the source or its shape there is no longer the
+        one it was created with (``same_shape``): then the stream's events alone can't rebuild it exactly, and
+        it needs a real load."""
+        assert self.connection is not None
+        started = time.monotonic()
+        if not self.source_has(name):
+            return None
+        conn = connect(self.connection, database=self.database)
+        try:
+            shape = self._describe(conn, name)
+        finally:
+            conn.close()
+        if not same_shape(shape):
+            return None
+        entry = self.state.table(name)
+        entry.status, entry.mode, entry.ranges, entry.chunks_done = "in_progress", "binlog", [], []
+        self.state.save()
+        version = self._commit_parts(name, shape, [], created, mode="binlog")
+        return self._finish(name, 0, version, created, started)
+
     # consistent mode ---------------------------------------------------------------------------------------
     def _run_consistent(self, names: list[str]) -> list[TableResult]:
         assert self.connection is not None

@@ -303,16 +303,32 @@ class _Planner:
         resolved = {**self.earliest(need_earliest), **self.latest(need_latest)}
         return {tp: resolved.get(tp, given.get(tp, 0)) for tp in tps}
 
+    def new_partition_starts(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """Where partitions the query has not read yet start: at the offset ``startingOffsets`` names for them
+        (a query resumed from its checkpoint with a topic added: lakesync's stream gives a joining table's
+        handoff offset), else at their earliest offset, as Spark's Kafka source starts a partition that
+        appears while it runs."""
+        if not tps:
+            return {}
+        spec = self.options.starting
+        named = {} if spec is None or spec.kind != "specific" else {
+            (topic, partition): offset for topic, parts in spec.offsets.items()
+            for partition, offset in parts.items() if offset >= 0}
+        return {**self.earliest([tp for tp in tps if tp not in named]),
+                **{tp: named[tp] for tp in tps if tp in named}}
+
     def plan(self, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[KafkaInputPartition]:
         """One input partition per topic-partition with messages in ``[start, end)``.
 
-        Partitions missing from ``start`` are new since the last batch and start at earliest. Messages the
-        stream has not read but Kafka no longer holds are data loss (see :meth:`check_loss`); with
-        ``failOnDataLoss=false`` such a partition is read from its earliest offset instead.
+        Partitions missing from ``start`` are new since the last batch and start as
+        :meth:`new_partition_starts` says. Messages the stream has not read but Kafka no longer holds are data
+        loss (see :meth:`check_loss`); with ``failOnDataLoss=false`` such a partition is read from its earliest
+        offset instead.
         """
         tps = sorted(end)
         earliest = self.earliest(tps)
-        starts = {tp: start.get(tp, earliest[tp]) for tp in tps}
+        starts = {**self.new_partition_starts([tp for tp in tps if tp not in start]), **start}
+        starts = {tp: starts[tp] for tp in tps}
         for tp in self.check_loss(starts, end, earliest):
             log.warning("data loss in %s/%s: reading %s..%s instead of %s..%s", tp[0], tp[1], earliest[tp],
                         end[tp], starts[tp], end[tp])
@@ -371,7 +387,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(start, end) over every partition known now; new partitions start at earliest."""
         ends = self._target if self._target is not None else self._planner.latest(self._planner.partitions())
         new = [tp for tp in ends if tp not in start]
-        starts = {**self._planner.earliest(new), **start}
+        starts = {**self._planner.new_partition_starts(new), **start}
         # A partition that vanished (topic deleted) keeps its offset; one whose log shrank is data loss,
         # refused here, before Spark writes the batch to its offset log.
         merged_ends = {tp: ends.get(tp, offset) for tp, offset in starts.items()}

@@ -4,8 +4,9 @@ One pure function for ``lakesync status``, the Airflow view and the stream DAG's
 never disagree on what is wrong. Items come most urgent first: a binlog the relay needs that is purged,
 stopped tables (with the command the stream recorded to recover them), a relay that can't be read or has been
 silent (no progress, no heartbeat) past ``stream.lag_alert_seconds``, tables lagging past it (the oldest change
-not applied yet is older than that: :mod:`lakesync.stream.lag`), a binlog about to expire, validations that
-found differences. Each item's command is its own field, never repeated in its message.
+not applied yet is older than that: :mod:`lakesync.stream.lag`), a binlog about to expire, selected tables that
+appeared after the load and are not synced, validations that found differences. Each item's command is its own
+field, never repeated in its message.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ class Attention:
 
 
 def table_state(entry: dict[str, Any]) -> str:
-    """One word: stopped, lagging, streaming, loaded, loading, or new (nothing done yet)."""
+    """One word: stopped, not synced, lagging, streaming, loaded, loading, or new (nothing done yet)."""
     stream, load = entry.get("stream") or {}, entry.get("full_load") or {}
     if stream.get("stopped_reason"):
         return "stopped"
+    if stream.get("not_synced"):
+        return "not synced"
     if entry.get("lagging"):
         return "lagging"
     if stream.get("applied_position") or stream.get("last_batch_id") is not None:
@@ -91,7 +94,7 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         stopped = [replace(item, command=None) for item in stopped]  # so one command is shown, not one per table
     alerts = [binlog] if binlog is not None and binlog.level == "alert" else []
     warnings = [binlog] if binlog is not None and binlog.level == "warning" else []
-    return alerts + stopped + relay_items + lagging + warnings + checks
+    return alerts + stopped + relay_items + lagging + warnings + not_synced(status) + checks
 
 
 def _binlog_item(status: dict[str, Any]) -> Attention | None:
@@ -111,3 +114,10 @@ def relay_silent(relay: dict[str, Any], pipeline: str, *, lag_alert_seconds: flo
                                      f"{relay.get('updated_at')}), past lag_alert_seconds ({lag_alert_seconds:,.0f} "
                                      "s): it is not running or is stuck; changes since then are not in Kafka",
                       f"lakesync relay --pipeline {pipeline}")]
+
+
+def not_synced(status: dict[str, Any]) -> list[Attention]:
+    """Selected tables that appeared after the full load and are not streamed, with why (stream/new_tables.py)
+    and the command that loads them."""
+    return [Attention("warning", entry["table"], f"not synced: {without_command(reason)}", recovery_command(reason))
+            for entry in status.get("tables", []) if (reason := (entry.get("stream") or {}).get("not_synced"))]

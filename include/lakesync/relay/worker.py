@@ -66,6 +66,8 @@ from lakesync.source.server_checks import (
 log = logging.getLogger(__name__)
 
 FULL_LOAD_FILE = "full_load.json"
+_GIVE_UP_HINT = ("bring the server (or the broker) back, then start the relay again: it resumes from its committed "
+                 "progress. relay.give_up_after_seconds sets how long it keeps trying by itself")
 
 
 @dataclass
@@ -299,12 +301,14 @@ class Relay:
                     failing_since, attempt, backoff = None, 0, 1.0
                 failing_since = failing_since or now
                 attempt += 1
-                if now - failing_since >= give_up or self._stop_requested:
-                    raise type(exc)(f"the relay gave up after {now - failing_since:.0f} s of failed attempts "
-                                    f"({attempt}): {exc.message}", hint=exc.hint) from exc
+                failing = now - failing_since
+                if failing >= give_up or self._stop_requested:
+                    raise type(exc)(f"the relay gave up after {failing:.0f} s of failed attempts ({attempt}): "
+                                    f"{exc.message}", hint=exc.hint or _GIVE_UP_HINT) from exc
+                wait = min(backoff, give_up - failing)  # the last attempt comes when the time is up, not later
                 log.warning("relay: %s; attempt %d to resume from the committed progress in %.0f s (gives up after "
-                            "%.0f s: relay.give_up_after_seconds)", exc.message, attempt, backoff, give_up)
-                self._sleep_unless_stopped(backoff)
+                            "%.0f s: relay.give_up_after_seconds)", exc.message, attempt, wait, give_up)
+                self._sleep_unless_stopped(wait)
                 backoff = min(backoff * 2, 30.0)
                 if self._stop_requested:
                     return stats or RelayStats(start=self._position or SourcePosition("binlog.000001", 4),

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +39,7 @@ from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
+from lakesync.stream.new_tables import Arrival, arrivals, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import columns_added_in_events, plan_schema_change, resnapshot_note
@@ -47,6 +48,8 @@ from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 log = logging.getLogger(__name__)
 
 STREAM_ID_FILE = "lakesync_stream_id"
+#: what a batch of a query being restarted for new tables raises (never written: see BatchApplier.close)
+RESTARTING = "the stream's query is restarting to read the topics of new tables"
 
 
 @dataclass(frozen=True)
@@ -95,29 +98,25 @@ def has_committed_batch(checkpoint: Path) -> bool:
 def streamed_tables(pipeline: Pipeline, *, only: list[str] | None = None) -> list[StreamedTable]:
     """The tables whose full load finished: only those can be streamed (they have a handoff position)."""
     state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
-    tables = []
-    for name, table_state in sorted(state.tables.items()):
-        if only and name not in only:
-            continue
-        if table_state.status != "done" or not table_state.position_key or not pipeline.tables.selects(name):
-            continue
-        uri = pipeline.delta.table_uri(name)
-        settings = pipeline.tables.settings_for(name)
-        key_columns = list(settings.key_columns or table_state.key_columns)
-        tables.append(StreamedTable(
-            name=name,
-            topic=pipeline.topic(name),
-            uri=uri,
-            key_columns=key_columns,
-            semantics=table_semantics(settings.semantics, bool(key_columns)),
-            handoff_key=table_state.position_key,
-        ))
+    tables = [streamed_table(pipeline, name, table_state) for name, table_state in sorted(state.tables.items())
+              if (not only or name in only) and table_state.status == "done" and table_state.position_key
+              and pipeline.tables.selects(name)]
     if not tables:
         raise ConfigError(
             f"pipeline {pipeline.name!r} has no fully loaded tables to stream",
             hint=f"run the full load first: `lakesync snapshot --pipeline {pipeline.name}`",
         )
     return tables
+
+
+def streamed_table(pipeline: Pipeline, name: str, loaded: TableLoad) -> StreamedTable:
+    """``name`` as the stream follows it from its (finished) load: its topic, key and handoff position."""
+    assert loaded.position_key is not None
+    settings = pipeline.tables.settings_for(name)
+    key_columns = list(settings.key_columns or loaded.key_columns)
+    return StreamedTable(name=name, topic=pipeline.topic(name), uri=pipeline.delta.table_uri(name),
+                         key_columns=key_columns, semantics=table_semantics(settings.semantics, bool(key_columns)),
+                         handoff_key=loaded.position_key)
 
 
 def _delta_schema(uri: str, storage_options: dict[str, str] | None) -> pa.Schema:
@@ -149,7 +148,7 @@ class BatchApplier:
     table. ``source`` holds the Kafka client settings the executors read the batch's ranges with."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str,
-                 source: KafkaSourceOptions) -> None:
+                 source: KafkaSourceOptions, *, watch_new_tables: bool = True) -> None:
         self.pipeline = pipeline
         self.app_id = app_id
         self.source = source
@@ -160,8 +159,30 @@ class BatchApplier:
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
         self.monitor = StreamMonitor(pipeline, checkpoint_dir(pipeline))
+        #: whether selected tables that appear after the load are looked for (not with ``--tables``)
+        self.watch_new_tables = watch_new_tables
+        #: tables that joined in this query's batches: the query must be restarted to read their topics
+        self.joined: list[str] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._looked_for_older = False
+        for table in tables:
+            if (progress := self.progress.tables.get(table.name)) is not None:
+                progress.not_synced = None
+
+    def close(self) -> None:
+        """Run no batch any more (the query is about to be stopped and started again with new topics): wait
+        for the batch in flight, then refuse the next one before it writes anything."""
+        with self._lock:
+            self._closed = True
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise LakesyncError(RESTARTING)
+            self._run_batch(batch_df, batch_id)
+
+    def _run_batch(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         self._resume_reloaded()
         batch = run_on_executors(batch_df, self.plan({}), self.source)
@@ -231,11 +252,8 @@ class BatchApplier:
         log.warning("table %s re-loaded at %s; the stream goes on from there", table_name, entry.position_key)
 
     def _adopt_load(self, name: str, entry: TableLoad) -> None:
-        """Stream ``name`` from a new load on: its position, schema and key."""
-        settings = self.pipeline.tables.settings_for(name)
-        keys = list(settings.key_columns or entry.key_columns)
-        table = replace(self._table(name), handoff_key=entry.position_key or self._table(name).handoff_key,
-                        key_columns=keys, semantics=table_semantics(settings.semantics, bool(keys)))
+        """Stream ``name`` from a (new) load on: its position, schema and key."""
+        table = streamed_table(self.pipeline, name, entry)
         self.by_topic[table.topic] = table
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
@@ -303,6 +321,8 @@ class BatchApplier:
         table, the column fills to write once the batch's changes are merged (DDL key, values)."""
         stop_at: dict[str, _Stop] = {}
         fills: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        if self.watch_new_tables:
+            self._join_new_tables(events)
         handoff = {t.name: t.handoff_key for t in self.by_topic.values()}
         # RENAME TABLE t TO t_old, t_new TO t (gh-ost, pt-online-schema-change): t is replaced, not gone
         replaced = {(e.position.key(), e.new_table) for e in events if e.kind == "rename_table" and e.new_table}
@@ -333,6 +353,35 @@ class BatchApplier:
             if action.add or action.nullable:
                 self.schemas[table] = _delta_schema(sink.table_uri, self.pipeline.delta.storage_options)
         return stop_at, fills
+
+    def _join_new_tables(self, events: list[SchemaChangeEvent]) -> None:
+        """Selected tables that appeared after the load (stream/new_tables.py): joined, each with a handoff
+        position and a Delta table, or named in the progress file with the reason they are not synced."""
+        found = arrivals(events, set(self.sinks), self.pipeline.tables.selects, self.pipeline.source.database)
+        if self.pipeline.stream.join_new_tables and not self._looked_for_older:
+            self._looked_for_older = True  # once per query: it asks the source
+            try:
+                older = older_tables(self.pipeline, set(self.sinks) | set(found))
+            except LakesyncError as exc:
+                log.warning("could not look for selected tables that were never loaded: %s", exc.message)
+                older = []
+            found.update({name: Arrival(name, "older") for name in older})
+        for name, arrival in found.items():
+            progress = self.progress.tables.setdefault(name, TableProgress())
+            if not self.pipeline.stream.join_new_tables:
+                progress.not_synced = not_synced_note(self.pipeline, arrival)
+                log.warning("table %s is not synced: %s", name, progress.not_synced)
+                continue
+            later = arrival.event is not None and any(
+                e.position > arrival.event.position and name in (e.table, e.new_table) for e in events)
+            joined = join(self.pipeline, arrival, changed_since=later)
+            if joined.entry is None:
+                progress.not_synced = joined.note
+                log.error("table %s is not synced: %s", name, joined.note)
+                continue
+            self._adopt_load(name, joined.entry)
+            progress.not_synced, progress.joined = None, f"{utc_now()}: {joined.note}"
+            self.joined.append(name)
 
     def _columns_added(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
         """The tables whose Debezium events (decoded on the driver: the executors send such records raw) carry a
@@ -382,11 +431,33 @@ def source_options(pipeline: Pipeline, topics: list[str]) -> dict[str, str]:
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
     """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
-    with the pipeline's trigger interval until stopped (or ``timeout_seconds``)."""
-    from lakesync.kafka import spark_source as kafka_source
-    from lakesync.kafka.offsets import offset_consumer
-    from lakesync.relay import covered_range
+    with the pipeline's trigger interval until stopped (or ``timeout_seconds``).
+
+    When tables joined during a query (``stream.join_new_tables``, stream/new_tables.py), the query is started
+    again at once, in this process, with their topics added; with ``once`` that query reads what Kafka holds
+    for them now, too."""
     from lakesync.spark.session import build_spark_session
+
+    deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
+    session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
+    summary = StreamRunSummary()
+    while True:
+        applier = _run_query(pipeline, session, once=once, tables=tables, deadline=deadline)
+        summary.batches += applier.summary.batches
+        summary.changes += applier.summary.changes
+        for name, count in applier.summary.tables.items():
+            summary.tables[name] = summary.tables.get(name, 0) + count
+        if not applier.joined or (deadline is not None and time.monotonic() >= deadline):
+            return summary
+        log.warning("tables %s joined the stream: starting its query again with their topics",
+                    ", ".join(applier.joined))
+
+
+def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | None, deadline: float | None
+               ) -> BatchApplier:
+    """One streaming query over the topics of the tables loaded now, until it ends (``once``), the deadline,
+    or a table joined (the applier's ``joined``); returns its applier."""
+    from lakesync.kafka import spark_source as kafka_source
 
     selected = streamed_tables(pipeline, only=tables)
     client = kafka_client_config(pipeline)
@@ -398,35 +469,16 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     options = source_options(pipeline, topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
-    if fresh:
-        covered = covered_range(pipeline)
-        consumer = offset_consumer(client)
-        try:
-            check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
-                                   covered[0] if covered else None)
-            topic_keys = {t.topic: t.handoff_key for t in selected}
-            topic_keys[schema_topic] = min(t.handoff_key for t in selected)
-            offsets = starting_offsets(consumer, topic_keys, pipeline.name)
-        finally:
-            consumer.close()
-        options["startingOffsets"] = json.dumps(offsets)
-        log.info("new stream %s starts at the handoff offsets %s", app_id, offsets)
-    else:
-        log.info("stream %s resumes from its checkpoint %s", app_id, checkpoint)
-        consumer = offset_consumer(client)
-        try:
-            check_nothing_deleted(pipeline.name, checkpoint, consumer,
-                                  {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"})
-        finally:
-            consumer.close()
-
+    starting = _handoff_offsets(pipeline, selected, checkpoint, fresh=fresh)
+    if starting:
+        options["startingOffsets"] = json.dumps(starting)
     check_topic_identity(checkpoint, topic_ids(client, topics), pipeline=pipeline.name, fresh=fresh)
 
-    session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     kafka_source.register(session)
     # a task per executor core at least: a table topic with one partition still decodes on every core
     options["minPartitions"] = str(session.sparkContext.defaultParallelism)
-    applier = BatchApplier(pipeline, selected, app_id, KafkaSourceOptions.from_options(options))
+    applier = BatchApplier(pipeline, selected, app_id, KafkaSourceOptions.from_options(options),
+                           watch_new_tables=not tables)
     writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
@@ -434,8 +486,7 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     applier.monitor.open(serve=not once)
     query = writer.start()
     try:
-        # whole seconds: PySpark's API takes an int (a fraction would only be truncated in the JVM)
-        query.awaitTermination(math.ceil(timeout_seconds)) if timeout_seconds else query.awaitTermination()
+        _await(query, applier, once=once, deadline=deadline)
     except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
         applier.monitor.failed(exc)
         raise stream_failure(pipeline.name, exc) from exc
@@ -446,9 +497,64 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
         if log.isEnabledFor(logging.DEBUG):  # where each trigger's time went, for whoever tunes the stream
             for progress in query.recentProgress:
                 log.debug("trigger %s: %s ms", progress.batchId, progress.durationMs)
-    if query.exception():
-        raise stream_failure(pipeline.name, query.exception())
-    return applier.summary
+    failure = query.exception()
+    if failure and RESTARTING not in str(failure):
+        raise stream_failure(pipeline.name, failure)
+    return applier
+
+
+def _await(query, applier: BatchApplier, *, once: bool, deadline: float | None) -> None:
+    """Until the query ends, the deadline passes, or (continuous) a table joined: then the applier refuses
+    further batches before the query is stopped, so no batch of the old query writes after the new one
+    started."""
+    while True:
+        # one whole second at a time: PySpark's API takes an int; the deadline is kept to within a second
+        if query.awaitTermination(1):
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        if applier.joined and not once:
+            applier.close()
+            return
+
+
+def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoint: Path, *, fresh: bool
+                     ) -> dict[str, dict[str, int]]:
+    """Where the query starts on each topic it has not read yet (Spark's ``startingOffsets``).
+
+    A new stream: every table's topic at the first change at or after its handoff position, once the relay's
+    coverage is proven to reach back to each (:mod:`lakesync.stream.handoff`); the schema topic at the
+    smallest. A stream resuming from its checkpoint: only the topics the checkpoint has no offsets for (a
+    table that joined), at their handoff position; the rest resume where they were. Before resuming, the
+    records it would read next must still be in Kafka."""
+    from lakesync.kafka.offsets import offset_consumer
+    from lakesync.relay import covered_range
+    from lakesync.stream.lag import committed_offsets
+
+    schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+    consumer = offset_consumer(kafka_client_config(pipeline))
+    try:
+        if fresh:
+            covered = covered_range(pipeline)
+            check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
+                                   covered[0] if covered else None)
+            topic_keys = {t.topic: t.handoff_key for t in selected}
+            topic_keys[schema_topic] = min(t.handoff_key for t in selected)
+            offsets = starting_offsets(consumer, topic_keys, pipeline.name)
+            log.info("new stream starts at the handoff offsets %s", offsets)
+            return offsets
+        log.info("stream resumes from its checkpoint %s", checkpoint)
+        check_nothing_deleted(pipeline.name, checkpoint, consumer,
+                              {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"})
+        read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
+        unread = {t.topic: t.handoff_key for t in selected if t.topic not in read}
+        if not unread:
+            return {}
+        offsets = starting_offsets(consumer, unread, pipeline.name)
+        log.info("topics new to the checkpoint start at their tables' handoff offsets %s", offsets)
+        return offsets
+    finally:
+        consumer.close()
 
 
 def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:

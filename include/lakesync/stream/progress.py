@@ -50,6 +50,10 @@ class TableProgress:
     skipped_through: str | None = None
     #: the last automatic re-load after a schema change: when, at which position, and why
     last_reload: str | None = None
+    #: a selected table that appeared after the full load and is not streamed (yet): why (stream/new_tables.py)
+    not_synced: str | None = None
+    #: how a table that appeared after the full load joined the stream: when, and from where
+    joined: str | None = None
 
     def reloaded_by(self, load_position: str | None) -> bool:
         """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""
