@@ -41,8 +41,10 @@ def check_coverage(pipeline_name: str, handoff_keys: Mapping[str, str], covered_
         raise GapError(
             "gap between the full load and the change log: the relay has not published from any position yet "
             "(or the broker lost its data)",
-            hint="start the relay (`lakesync relay --pipeline " + pipeline_name + "`), then "
-            + GAP_HINT.format(pipeline=pipeline_name, tables=",".join(sorted(handoff_keys))),
+            hint=f"start the relay (`lakesync relay --pipeline {pipeline_name}`) and start the stream again once it "
+            "runs: with no stored progress the relay begins at the full load's position, so nothing needs to be "
+            "loaded again. Only if the relay had run before and the broker lost its data, follow docs/operations.md "
+            "(The broker lost its data)",
         )
     late = sorted(table for table, key in handoff_keys.items() if key < covered_from_key)
     if late:
@@ -68,7 +70,15 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
         keys = first_position_keys(consumer, list_partitions(consumer, topics=[topic]), _message_position)
         earliest[table] = min(keys.values()) if keys else None
     if not any(earliest.values()):
-        check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, None)
+        raise GapError(
+            "gap between the full load and the change log: there is no relay progress and the tables' topics hold "
+            "no change event yet",
+            hint=f"with lakesync's relay: start it (`lakesync relay --pipeline {pipeline_name}`) and start the "
+            "stream again once it runs; it begins at the full load's position, so nothing needs to be loaded "
+            "again. With Debezium's topics: start Debezium, then "
+            + GAP_HINT.format(pipeline=pipeline_name, tables=",".join(sorted(tables)))
+            + " (its events must reach back to the load; docs/events.md)",
+        )
     late = sorted(table for table, (_, key) in tables.items() if (first := earliest[table]) is None or first > key)
     if late:
         raise GapError(
