@@ -42,7 +42,12 @@ from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
-from lakesync.stream.schema_changes import columns_added_in_events, plan_schema_change, resnapshot_note
+from lakesync.stream.schema_changes import (
+    columns_added_in_events,
+    new_snapshot_in_events,
+    plan_schema_change,
+    resnapshot_note,
+)
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 
 log = logging.getLogger(__name__)
@@ -189,7 +194,7 @@ class BatchApplier:
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
-        for table_name, stop in self._columns_added(batch.raw).items():
+        for table_name, stop in [*self._columns_added(batch.raw).items(), *self._resnapshotted(batch.raw).items()]:
             if table_name not in stop_at or stop.key < stop_at[table_name].key:
                 stop_at[table_name] = stop
         stop_before = {table: stop.key for table, stop in stop_at.items()}
@@ -397,6 +402,20 @@ class BatchApplier:
             if added:
                 action = columns_added_in_events(table_name, added, pipeline=self.pipeline.name)
                 stops[table_name] = _Stop(added[0].first_position, action.stop_reason or "", action.reload)
+        return stops
+
+    def _resnapshotted(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
+        """The tables whose Debezium events hold snapshot reads after the table's load position (the executors
+        send such records raw): Debezium snapshotted again and may have lost deletes, so each is re-loaded (or
+        stopped) at the first such read (:func:`lakesync.stream.schema_changes.new_snapshot_in_events`)."""
+        stops: dict[str, _Stop] = {}
+        for table_name, changes in (raw.tables.items() if raw is not None else ()):
+            if table_name not in self.sinks or self._stopped(table_name):
+                continue
+            first = changes.first_snapshot_read(after=self._table(table_name).handoff_key)
+            if first is not None:
+                action = new_snapshot_in_events(table_name, first, pipeline=self.pipeline.name)
+                stops[table_name] = _Stop(first, action.stop_reason or "", action.reload)
         return stops
 
     def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:

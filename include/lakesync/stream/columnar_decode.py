@@ -29,7 +29,13 @@ from lakesync.core.positions import MIN_KEY
 from lakesync.core.table_layout import DELETE_OP, META_COLUMNS
 from lakesync.core.types import arrow_value_from_json
 from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS
-from lakesync.stream.decode import CHANGE_OPS, ColumnsAddedError, decode_batch, header_column
+from lakesync.stream.decode import (
+    CHANGE_OPS,
+    ColumnsAddedError,
+    SnapshotReadsError,
+    decode_batch,
+    header_column,
+)
 
 #: ``SourcePosition.key()`` exactly: a header of this shape is the position the record decoder would
 #: rebuild, character for character (it parses the three numbers and prints them at these widths).
@@ -115,6 +121,8 @@ def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema)
     if changes is None:
         return _empty(schema)
     changes.refuse_lossy_settings(table, schema)
+    if changes.first_snapshot_read() is not None:  # the driver knows the handoff position: it decides
+        raise SnapshotReadsError(f"Debezium's events of {table} hold snapshot reads")
     added = changes.added_columns(schema)
     if added:  # never dropped here: the driver evolves the table or re-loads it (BatchApplier)
         raise ColumnsAddedError(f"Debezium's events of {table} carry columns {[c.name for c in added]} "

@@ -48,6 +48,11 @@ class AddedColumn:
     first_position: str
 
 
+class SnapshotReadsError(Exception):
+    """Debezium's events of a table hold snapshot reads (op ``r``). Raised on an executor, it sends the records
+    to the driver raw, which decides whether they are a new snapshot after the table's load."""
+
+
 class ColumnsAddedError(Exception):
     """Debezium's events of a table carry a column its Delta table lacks. Raised on an executor, it sends the
     records to the driver raw (lakesync.stream.reduce), which decides what the table does."""
@@ -82,6 +87,14 @@ class TableChanges:
         for name, column in zip(META_COLUMNS, meta, strict=True):
             table = table.append_column(name, column)
         return table
+
+    def first_snapshot_read(self, *, after: str = "") -> str | None:
+        """The position key of the first of Debezium's snapshot reads (op ``r``) positioned after ``after``, or
+        None. Debezium writes them when it snapshots; after a lakesync load has handed the table off, one means
+        the connector snapshotted again (it found no offsets), and deletes it had not delivered are lost."""
+        keys = [key for event in self.events
+                if event.op == "r" and event.row_fields is not None and (key := event.position.key()) > after]
+        return min(keys, default=None)
 
     def refuse_lossy_settings(self, table: str, schema: pa.Schema) -> None:
         """Raise when Debezium's events carry a column the way a lossy connector setting writes it

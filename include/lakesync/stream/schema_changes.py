@@ -89,6 +89,22 @@ def columns_added_in_events(table: str, added: list[AddedColumn], *, pipeline: s
         reload=True)
 
 
+def new_snapshot_in_events(table: str, first_read: str, *, pipeline: str) -> SchemaAction:
+    """Pure: the action for Debezium snapshot reads of ``table`` positioned after its load (``first_read``, the
+    first one's position key): the table is re-loaded (or stopped with the command that re-loads it) there.
+
+    Debezium snapshots again when it starts without offsets (``snapshot.mode=initial`` after its offsets were
+    lost, or a connector killed before it first flushed them). The snapshot carries the rows that exist, but a
+    row deleted after the last change Debezium delivered and before that snapshot has no event at all (seen in
+    tests/integration/test_debezium_stream_e2e.py: the connector SIGKILLed before its first offset flush).
+    Only a load of the table knows which rows are gone."""
+    return SchemaAction(
+        stop_reason=f"Debezium took a new snapshot of {table} (its reads start at {first_read}, after the table's "
+                    "load): the connector started without offsets, so rows deleted while it was down or before it "
+                    f"delivered them have no delete event; {resnapshot_note(pipeline, table)}",
+        reload=True)
+
+
 def sql_literal(arrow_type: pa.DataType, text: str) -> str | None:
     """``text`` (a MySQL literal default, unquoted) as a delta-rs SQL expression of ``arrow_type``, or None
     when the value does not convert exactly (the table is then re-loaded instead of guessed)."""
