@@ -139,6 +139,39 @@ def test_debezium_topic_starting_after_the_full_load_is_refused(loaded, broker, 
     assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
 
 
+def _schema_change_record(database: str, table: str, position: SourcePosition) -> bytes:
+    """A record of Debezium's schema-change topic as its snapshot writes it (shape of Debezium 3.5's MariaDB
+    connector): the table's CREATE TABLE at the snapshot's binlog position."""
+    return json.dumps({"schema": {"type": "struct", "fields": []}, "payload": {
+        "source": {"version": "3.5.0.Final", "connector": "mariadb", "name": "dbserver1", "ts_ms": 1_704_110_400_000,
+                   "snapshot": "true", "db": database, "table": None, "server_id": 0, "gtid": None,
+                   "file": position.file, "pos": position.offset, "row": 0, "thread": None, "query": None},
+        "ts_ms": 1_704_110_400_555, "databaseName": database, "schemaName": None,
+        "ddl": f"CREATE TABLE `{table}` (...)", "tableChanges": [{"type": "CREATE", "id": f'"{database}"."{table}"'}],
+    }}).encode()
+
+
+def test_a_table_whose_topic_starts_after_the_load_is_covered_by_its_ddl_on_debeziums_schema_change_topic(
+        loaded, mariadb, broker, fresh_database, spark):
+    """A table with no event before the load (empty then, or its snapshot reads expired): its CREATE TABLE on
+    Debezium's schema-change topic, written at the connector's snapshot position before the load, proves
+    that every change after it is in the table's topic."""
+    pipeline, p = loaded
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO ledger VALUES (4, '1.5', b'1111111111', 'four')")
+    inserted = _debezium_row(4, "1.500000000000000000000000000000", 1023, "four")
+    _produce(broker.bootstrap, pipeline.kafka.topic_prefix,
+             [(b'{"databaseName": "x"}', _schema_change_record(fresh_database, "ledger", SourcePosition(p.file, 4)))])
+    _produce(broker.bootstrap, pipeline.topic("ledger"),
+             [(b'{"id": 4}', _debezium_event(fresh_database, "c", None, inserted, SourcePosition(p.file, p.offset + 300),
+                                             0))])
+
+    run_stream(pipeline, once=True, spark=spark)
+
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})
+
+
 def test_debezium_topic_written_without_schemas_is_refused_with_the_setting_to_change(
         loaded, broker, fresh_database, spark):
     """``value.converter.schemas.enable=false``: each value is Debezium's payload alone. The stream stops before

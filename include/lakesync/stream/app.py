@@ -556,7 +556,8 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
         if fresh:
             covered = covered_range(pipeline)
             check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
-                                   covered[0] if covered else None)
+                                   covered[0] if covered else None,
+                                   debezium_history=(pipeline.kafka.topic_prefix, pipeline.source.database))
             topic_keys = {t.topic: t.handoff_key for t in selected}
             topic_keys[schema_topic] = min(t.handoff_key for t in selected)
             offsets = starting_offsets(consumer, topic_keys, pipeline.name)

@@ -13,16 +13,21 @@ Topics that Debezium's MySQL connector wrote have no relay progress and no ``lak
 record's position comes from its ``source`` block (:func:`lakesync.events.debezium.position_from_source_block`),
 and the topics themselves must show that they reach back to P: a table's topic is covered when its
 earliest retained event sits at or before the table's handoff position (Debezium's initial snapshot events
-do). A topic that starts later, or is empty, cannot prove it and the stream refuses to start.
+do). A topic that is empty or starts after the load (a table that was empty then) is covered from the earliest DDL record
+naming the table on Debezium's schema-change topic (``<topic.prefix>``, ``include.schema.changes=true``): the
+connector's snapshot writes each captured table's CREATE TABLE there, at the snapshot's position, and captures
+every change after it. A table that neither proves is refused, and the stream writes nothing.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from confluent_kafka import Consumer, Message
 
-from lakesync.core.errors import GapError
+from lakesync.core.errors import GapError, LakesyncError
+from lakesync.events.debezium import position_from_source_block
 from lakesync.events.envelope import record_position_key
 from lakesync.kafka.offsets import (
     TP,
@@ -30,6 +35,7 @@ from lakesync.kafka.offsets import (
     first_offsets_at_or_after,
     first_position_keys,
     list_partitions,
+    read_to_end,
 )
 
 GAP_HINT = "re-run the full load for these tables (`lakesync snapshot --pipeline {pipeline} --tables {tables}`)"
@@ -56,12 +62,14 @@ def check_coverage(pipeline_name: str, handoff_keys: Mapping[str, str], covered_
 
 
 def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mapping[str, tuple[str, str]],
-                           covered_from_key: str | None) -> None:
+                           covered_from_key: str | None, *, debezium_history: tuple[str, str] | None = None) -> None:
     """Refuse to start when the change log does not reach back to each table's handoff position.
 
     ``tables`` maps each table to its topic and handoff key. With the relay's progress
     (``covered_from_key``) that decides (:func:`check_coverage`); without it (Debezium's topics) each
-    table's topic must hold an event at or before the handoff key as its earliest event."""
+    table's topic must hold an event at or before the handoff key, or Debezium's schema-change topic a DDL
+    record of the table there (``debezium_history``: that topic and the source database), which covers a table
+    that was empty at the load."""
     if covered_from_key is not None:
         check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, covered_from_key)
         return
@@ -69,6 +77,12 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
     for table, (topic, _) in tables.items():
         keys = first_position_keys(consumer, list_partitions(consumer, topics=[topic]), _message_position)
         earliest[table] = min(keys.values()) if keys else None
+    if debezium_history is not None and any(first is None or first > tables[table][1]
+                                            for table, first in earliest.items()):
+        # an empty topic, or one whose first event came after the load (a table empty until then)
+        ddl = debezium_ddl_positions(consumer, *debezium_history)
+        earliest = {table: min((key for key in (first, ddl.get(table)) if key is not None), default=None)
+                    for table, first in earliest.items()}
     if not any(earliest.values()):
         raise GapError(
             "gap between the full load and the change log: there is no relay progress and the tables' topics hold "
@@ -90,6 +104,34 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
             "(for example Debezium's initial snapshot); see docs/events.md",
             hint=GAP_HINT.format(pipeline=pipeline_name, tables=",".join(late)),
         )
+
+
+def debezium_ddl_positions(consumer: Consumer, topic: str, database: str) -> dict[str, str]:
+    """Per table of ``database``, the position key of the earliest record naming it (``tableChanges[].id``,
+    ``"db"."table"``) on Debezium's schema-change topic ``topic``: where the connector's capture of the table
+    begins (its snapshot writes the CREATE TABLE at the snapshot's position). Empty when the topic does not
+    exist (``include.schema.changes=false``) or holds nothing of the database."""
+    found: dict[str, str] = {}
+
+    def note(msg: Message) -> None:
+        try:
+            document = json.loads(msg.value() or b"null")
+        except ValueError:
+            return
+        payload = document.get("payload", document) if isinstance(document, dict) else None
+        if not isinstance(payload, dict) or not payload.get("source"):
+            return
+        try:
+            key = position_from_source_block(payload["source"], "r").key()  # row 0: the position itself
+        except LakesyncError:
+            return
+        for change in payload.get("tableChanges") or ():
+            db, _, table = str(change.get("id") or "").replace('"', "").partition(".")
+            if db == database and table and key < found.get(table, "~"):
+                found[table] = key
+
+    read_to_end(consumer, list_partitions(consumer, topics=[topic]), note)  # a missing topic has none
+    return found
 
 
 def _message_position(msg: Message) -> str | None:
