@@ -80,7 +80,8 @@ def _seed_history_and_a_stopped_table(pipeline) -> None:
             table.applied_source_ts_ms, table.last_batch_at_ms = end - (5 + 7 * (step % 5) + number) * 1000, end
         changes = {"transactions": 20 + 3 * step, "accounts": 2 if step < 12 else 0}
         validation = {"transactions": {"status": "mismatch" if step == 20 else "equal", "mismatched_keys": 1}}
-        rows.append(interval_rows("live", Interval(end - 600_000, changes), end, progress, validation))
+        lags = {table: 5.0 + 7 * (step % 5) + number for number, table in enumerate(progress.tables)}
+        rows.append(interval_rows("live", Interval(end - 600_000, changes), end, progress, validation, lags))
     append_history(pipeline, pa.concat_tables(rows), now_ms=now)
     progress.save(pipeline.pipeline_state_dir)
 
