@@ -46,10 +46,11 @@ class HealthCheckOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from lakesync.monitoring.attention import attention
         from lakesync.monitoring.status import pipeline_status
+        from lakesync_airflow.status import airflow_source
 
-        hook = LakesyncHook(self.pipeline)
-        pipeline = hook.pipeline
-        status = pipeline_status(pipeline, relay=True, relay_timeout_s=5.0, source=hook.source())
+        pipeline = LakesyncHook(self.pipeline).pipeline
+        # a source connection Airflow can't give is not a crash: the binlog check says it could not reach it
+        status = pipeline_status(pipeline, relay=True, relay_timeout_s=5.0, source=airflow_source(pipeline))
         figures = table_figures(status)
         items = attention(status, lag_alert_seconds=pipeline.stream.lag_alert_seconds)
         for table, values in figures.items():

@@ -118,7 +118,7 @@ class StreamOperator(LakesyncSparkSubmitOperator):
         progress = StreamProgress.load(hook.pipeline.pipeline_state_dir)
         emit_table_assets(context, hook.pipeline, list(progress.tables))
         # with the broker: each table's lag after this run (what is left unapplied), not only its counts
-        figures = table_figures(pipeline_status(hook.pipeline, relay=True, relay_timeout_s=5.0))
+        figures = table_figures(pipeline_status(hook.pipeline, relay=True, relay_timeout_s=5.0, binlog=False))
         for table, values in figures.items():
             old = before.tables.get(table)
             values["applied_this_run"] = (values["changes_applied"] or 0) - (old.rows_total if old else 0)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
 from lakesync.core.config import Pipeline, load_pipeline
@@ -170,6 +171,25 @@ def test_a_table_whose_topic_starts_after_the_load_is_covered_by_its_ddl_on_debe
 
     with mariadb.connect() as conn:
         assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})
+
+
+def test_a_topic_that_retention_emptied_is_not_proven_covered_by_its_ddl(loaded, broker, fresh_database, spark):
+    """The CREATE TABLE on the schema-change topic proves coverage only for a topic that never lost records: once
+    records were deleted from the table's topic (retention), changes after the load may be among them."""
+    pipeline, p = loaded
+    _produce(broker.bootstrap, pipeline.kafka.topic_prefix,
+             [(b'{"databaseName": "x"}', _schema_change_record(fresh_database, "ledger", SourcePosition(p.file, 4)))])
+    row = _debezium_row(1, "1.000000000000000000000000000000", 1, "gone")
+    topic = pipeline.topic("ledger")
+    _produce(broker.bootstrap, topic,
+             [(b'{"id": 1}', _debezium_event(fresh_database, "u", row, row, SourcePosition(p.file, p.offset + 100), 0))])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_records([TopicPartition(topic, 0, -1)])[TopicPartition(topic, 0, -1)].result(30)
+
+    with pytest.raises(GapError, match="gap between the full load and the change log"):
+        run_stream(pipeline, once=True, spark=spark)
+
+    assert not (checkpoint_dir(pipeline) / "offsets").exists(), "no Spark batch may have been planned"
 
 
 def test_debezium_topic_written_without_schemas_is_refused_with_the_setting_to_change(

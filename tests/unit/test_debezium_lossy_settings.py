@@ -52,3 +52,36 @@ def test_a_wide_decimal_stored_as_text_arriving_as_double_is_lossy_too():
     """DECIMAL past 38 digits is a string column in Delta (docs/types.md); Debezium never writes text as double."""
     (problem,) = lossy_settings(({"field": "wide", "type": "double"},), {"wide": pa.string()})
     assert "decimal.handling.mode=double" in problem
+
+
+def _double_decimal_event(pos: int):
+    """A record the real connector wrote, its DECIMAL column ``d`` rewritten the way decimal.handling.mode=double
+    writes it, at binlog offset ``pos``."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from lakesync.events.envelope import decode
+
+    record = copy.deepcopy(json.loads((Path(__file__).parents[1] / "fixtures" / "debezium_mariadb_added_columns.json")
+                                      .read_text())["before_ddl"])
+    for image in record["schema"]["fields"]:
+        if image["field"] in ("before", "after"):
+            image["fields"] = [{"type": "double", "optional": True, "field": "d"} if column["field"] == "d" else column
+                               for column in image["fields"]]
+    record["payload"]["after"]["d"] = 1.5
+    record["payload"]["source"]["pos"] = pos
+    return decode(json.dumps(record).encode())
+
+
+def test_only_events_after_the_tables_load_are_judged():
+    """Events at or before the load change nothing; a re-load after the settings were fixed moves the load past
+    the lossy events, so a stream that reads them again goes on."""
+    from lakesync.stream.decode import TableChanges
+
+    event = _double_decimal_event(5_000)
+    changes = TableChanges([event])
+    schema = pa.schema([("d", pa.decimal128(10, 2))])
+    changes.refuse_lossy_settings("t", schema, after=event.position.key())
+    with pytest.raises(EventFormatError, match=r"decimal\.handling\.mode=double"):
+        changes.refuse_lossy_settings("t", schema, after="")

@@ -200,7 +200,8 @@ class BatchApplier:
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
             batch = run_on_executors(batch_df, self.plan(stop_before), self.source)
-        batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before)
+        batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before,
+                      {t.name: t.handoff_key for t in self.by_topic.values()})
         self._record_skipped(batch, stop_before)
         for table_name, reduced in batch.tables.items():
             if not self._stopped(table_name):

@@ -96,13 +96,15 @@ class TableChanges:
                 if event.op == "r" and event.row_fields is not None and (key := event.position.key()) > after]
         return min(keys, default=None)
 
-    def refuse_lossy_settings(self, table: str, schema: pa.Schema) -> None:
-        """Raise when Debezium's events carry a column the way a lossy connector setting writes it
-        (:func:`lakesync.events.debezium.lossy_settings`); checked once per distinct column list."""
+    def refuse_lossy_settings(self, table: str, schema: pa.Schema, *, after: str = "") -> None:
+        """Raise when Debezium's events positioned after ``after`` (the table's load: older ones change nothing,
+        and a re-load after the settings were fixed moves it past them) carry a column the way a lossy connector
+        setting writes it (:func:`lakesync.events.debezium.lossy_settings`); once per distinct column list."""
         target = {f.name: f.type for f in schema}
         checked: set[int] = set()
         for event in self.events:
-            if event.row_fields is not None and id(event.row_fields) not in checked:
+            if (event.row_fields is not None and id(event.row_fields) not in checked
+                    and event.position.key() > after):
                 checked.add(id(event.row_fields))
                 refuse_lossy_settings(table, event.row_fields, target)
 

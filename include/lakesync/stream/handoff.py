@@ -79,9 +79,11 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
         earliest[table] = min(keys.values()) if keys else None
     if debezium_history is not None and any(first is None or first > tables[table][1]
                                             for table, first in earliest.items()):
-        # an empty topic, or one whose first event came after the load (a table empty until then)
+        # an empty topic, or one whose first event came after the load (a table empty until then); only a
+        # topic that never lost records: one that retention emptied or trimmed may have lost changes after it
         ddl = debezium_ddl_positions(consumer, *debezium_history)
-        earliest = {table: min((key for key in (first, ddl.get(table)) if key is not None), default=None)
+        earliest = {table: min((key for key in (first, ddl.get(table) if _never_trimmed(consumer, tables[table][0])
+                                                else None) if key is not None), default=None)
                     for table, first in earliest.items()}
     if not any(earliest.values()):
         raise GapError(
@@ -104,6 +106,11 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
             "(for example Debezium's initial snapshot); see docs/events.md",
             hint=GAP_HINT.format(pipeline=pipeline_name, tables=",".join(late)),
         )
+
+
+def _never_trimmed(consumer: Consumer, topic: str) -> bool:
+    """Whether every partition of ``topic`` still starts at offset 0: no record was ever deleted from it."""
+    return all(offset == 0 for offset in earliest_offsets(consumer, list_partitions(consumer, topics=[topic])).values())
 
 
 def debezium_ddl_positions(consumer: Consumer, topic: str, database: str) -> dict[str, str]:

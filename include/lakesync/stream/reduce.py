@@ -179,14 +179,16 @@ class ReducedBatch:
     #: per watched topic (:attr:`ReducePlan.watch_topics`), the newest position key read in the batch
     newest: dict[str, str] = field(default_factory=dict)
 
-    def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str]) -> None:
-        """Type the raw changes with the (possibly just evolved) ``schemas`` and add them to ``tables``."""
+    def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str],
+                handoffs: Mapping[str, str]) -> None:
+        """Type the raw changes with the (possibly just evolved) ``schemas`` and add them to ``tables``; lossy
+        Debezium settings are refused in the changes after each table's load position (``handoffs``)."""
         if self.raw is None:
             return
         for table, changes in self.raw.tables.items():
             if table in stop_before:  # before typing: changes after the DDL may not fit the old types
                 changes.events = [e for e in changes.events if e.position.key() < stop_before[table]]
-            changes.refuse_lossy_settings(table, schemas[table])
+            changes.refuse_lossy_settings(table, schemas[table], after=handoffs.get(table, ""))
             rows = changes.to_arrow(schemas[table])
             if rows.num_rows:
                 known = self.tables.get(table)
