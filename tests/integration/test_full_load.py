@@ -164,6 +164,22 @@ def test_interrupted_load_resumes_without_rereading_finished_tables(make_pipelin
     assert state.finished_at and all(state.is_done(name) for name in ("t1", "t2", "t3"))
 
 
+def test_a_restarted_load_forgets_tables_no_longer_selected_so_its_position_is_the_new_loads(make_pipeline,
+                                                                                              db) -> None:
+    for name in ("kept", "dropped", "excluded"):
+        _make_numbers(db, name, 10)
+    FullLoad(make_pipeline()).run()
+    db.execute("DROP TABLE dropped")
+    db.execute("INSERT INTO kept VALUES (1000, 1)")
+    db.execute("FLUSH BINARY LOGS")  # the first load's positions are in an older binlog file than the re-load's
+
+    pipeline = make_pipeline(tables={"include": ["*"], "exclude": ["excluded"]})
+    FullLoad(pipeline, restart=True).run()
+    state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    assert set(state.tables) == {"kept"}, "the old entries would hold the load's position back, at a purgeable file"
+    assert state.position is not None and state.position.key() == state.tables["kept"].position_key
+
+
 class _CountingRunner:
     """The real thread runner, counting the chunks it is given and optionally failing after ``stop_after``."""
 

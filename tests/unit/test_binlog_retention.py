@@ -10,7 +10,9 @@ from pathlib import Path
 from rich.console import Console
 
 from lakesync.cli.status import VALIDATION_STYLES, print_status
+from lakesync.core.config import parse_pipeline
 from lakesync.core.positions import SourcePosition
+from lakesync.full_load.state import LoadState
 from lakesync.monitoring.attention import attention
 from lakesync.monitoring.binlog_retention import (
     NeededPosition,
@@ -18,8 +20,10 @@ from lakesync.monitoring.binlog_retention import (
     assess,
     binlog_attention,
     expire_seconds,
+    needed_positions,
 )
 from lakesync.monitoring.display import position_text, status_file_stem
+from lakesync.stream.progress import StreamProgress
 
 HOUR_MS = 3_600_000
 NOW_MS = 1_800_000_000_000
@@ -153,3 +157,36 @@ def test_the_status_page_shows_a_command_once_and_positions_in_the_same_format(m
         page = render([status], now=datetime(2026, 1, 1, tzinfo=UTC))
         assert page.count("lakesync snapshot") == 1 and page.count(command) == 1
         assert "binlog.000003:1234:2" in page and "binlog.000012:1542" in page and "00000003.0000" not in page
+
+
+def _pipeline_with_load(tmp_path: Path, load_position: SourcePosition):
+    pipeline = parse_pipeline({
+        "name": "p", "source": {"conn_id": "c", "database": "db"},
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_prefix": "p"},
+        "delta": {"root": str(tmp_path / "delta")}, "state_dir": str(tmp_path / "state"),
+    }, source_name="p.yaml")
+    load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    load.record_position(load_position)
+    load.finished_at = "2026-11-26T00:00:00Z"
+    load.save()
+    return pipeline
+
+
+def test_before_the_relays_first_start_the_loads_position_is_needed(tmp_path: Path) -> None:
+    loaded = SourcePosition("binlog.000010", 1542)
+    pipeline = _pipeline_with_load(tmp_path, loaded)
+    (needed,) = needed_positions(pipeline, None)
+    assert needed.position == loaded and "first start" in needed.needed_by
+
+
+def test_topics_another_producer_feeds_need_nothing_from_the_binlog_for_the_relay(tmp_path: Path) -> None:
+    """Debezium's topics: the relay never ran, the stream applied changes newer than the load; Debezium keeps
+    its own position, so an aged-out load position is no purge to alert on."""
+    loaded = SourcePosition("binlog.000010", 1542)
+    pipeline = _pipeline_with_load(tmp_path, loaded)
+    progress = StreamProgress()
+    progress.record("t", batch_id=0, rows=1, position=SourcePosition("binlog.000011", 4).key(), source_ts_ms=None)
+    progress.save(pipeline.pipeline_state_dir)
+    assert needed_positions(pipeline, None) == []
+    (needed,) = needed_positions(pipeline, SourcePosition("binlog.000011", 4))
+    assert needed.needed_by == "the relay (its stored progress)", "a relay that ran is watched as before"

@@ -119,11 +119,12 @@ class FullLoad:
         control = connect(self.connection, database=self.database)
         try:
             check_binlog_settings(control)
-            tables = self._select_tables(control)
+            selected, tables = self._select_tables(control)
         finally:
             control.close()
-        if self.restart:
-            self.state.forget(tables)
+        if self.restart:  # also the entries of tables no longer selected (dropped, excluded): their old
+            # positions would hold the load's position back, at a binlog the server may have purged
+            self.state.forget(tables + [name for name in self.state.tables if name not in selected])
         done = {name: self.state.tables[name].position_key for name in tables if self.state.is_done(name)}
         self.stopped_reloaded = stopped_since_load(self.pipeline.pipeline_state_dir, done, tables)
         if self.stopped_reloaded:  # a table the stream stopped is not done: its Delta table lags the source
@@ -142,7 +143,8 @@ class FullLoad:
         order = {name: i for i, name in enumerate(tables)}
         return sorted(results, key=lambda result: order[result.table])
 
-    def _select_tables(self, conn: pymysql.connections.Connection) -> list[str]:
+    def _select_tables(self, conn: pymysql.connections.Connection) -> tuple[list[str], list[str]]:
+        """(every source table the pipeline selects, the tables this run loads: ``tables`` or all of them)."""
         existing = list_tables(conn, self.database)
         selected = [name for name in existing if self.pipeline.tables.selects(name)]
         if not self.tables:
@@ -151,7 +153,7 @@ class FullLoad:
                     f"pipeline {self.pipeline.name} selects no tables of database {self.database}",
                     hint=f"tables there: {', '.join(existing) or 'none'}; check tables.include/exclude",
                 )
-            return selected
+            return selected, selected
         unknown = [name for name in self.tables if name not in existing]
         if unknown:
             raise SourceError(
@@ -164,7 +166,7 @@ class FullLoad:
                 f"table {', '.join(excluded)} is not selected by pipeline {self.pipeline.name}",
                 hint="add it to tables.include (or remove it from tables.exclude) in the pipeline file",
             )
-        return list(dict.fromkeys(self.tables))
+        return selected, list(dict.fromkeys(self.tables))
 
     def _skipped(self, name: str) -> TableResult:
         entry = self.state.tables[name]

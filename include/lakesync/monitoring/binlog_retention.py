@@ -111,6 +111,14 @@ def _time_bound(pipeline: Pipeline, position: SourcePosition) -> int | None:
     return max(bounds) if bounds else None
 
 
+def _fed_by_another_producer(pipeline: Pipeline, load_position: SourcePosition) -> bool:
+    """The relay never stored progress, yet the stream applied changes newer than the load: the topics are
+    written by another producer (Debezium's topics), which keeps its own binlog position. Watching the load's
+    position would call it purged once it ages out, though nothing needs it."""
+    return any(progress.applied_position and progress.applied_position > load_position.key()
+               for progress in StreamProgress.load(pipeline.pipeline_state_dir).tables.values())
+
+
 def needed_positions(pipeline: Pipeline, relay_position: SourcePosition | None) -> list[NeededPosition]:
     """What the relay resumes from, in the relay's own order (empty when it would start from the server's
     current position): its stored progress, or the full load's position before its first start. A finished
@@ -118,7 +126,7 @@ def needed_positions(pipeline: Pipeline, relay_position: SourcePosition | None) 
     purged (that load is the recovery)."""
     load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
     if relay_position is None:
-        if load.position is None:
+        if load.position is None or _fed_by_another_producer(pipeline, load.position):
             return []
         return [NeededPosition(load.position, "the relay's first start (the full load's position)",
                                _time_bound(pipeline, load.position))]
