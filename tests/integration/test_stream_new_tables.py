@@ -191,3 +191,8 @@ def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mari
     assert items[0].command == "lakesync snapshot --pipeline newtables --tables fresh"
     assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables.get("fresh")
 
+    _sql(mariadb, database, "DROP TABLE fresh")  # gone before it was synced: nothing to say any more
+    _relay(pipeline)
+    run_stream(pipeline, once=True, spark=spark)
+    status = pipeline_status(pipeline, relay=False)
+    assert [item for item in attention(status, lag_alert_seconds=3600) if item.table == "fresh"] == []

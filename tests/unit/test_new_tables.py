@@ -7,7 +7,7 @@ from lakesync.core.types import ColumnSpec
 from lakesync.events.envelope import SchemaChangeEvent
 from lakesync.source.ddl import parse_ddl
 from lakesync.source.table_reader import TableShape
-from lakesync.stream.new_tables import arrivals, created_shape_matches
+from lakesync.stream.new_tables import arrivals, created_shape_matches, departed
 
 
 def ddl_event(sql: str, offset: int, db: str = "shop") -> SchemaChangeEvent:
@@ -60,3 +60,13 @@ def test_the_source_shape_matches_the_create_only_with_the_same_columns_in_the_s
 
 def same_columns(table: TableShape) -> list[tuple[str, str, str]]:
     return [(c.name, c.data_type, c.column_type) for c in table.columns]
+
+
+def test_a_table_dropped_or_renamed_away_after_its_create_has_departed_and_does_not_arrive():
+    events = [ddl_event("CREATE TABLE gone (id INT PRIMARY KEY)", 100), ddl_event("DROP TABLE gone", 200),
+              ddl_event("CREATE TABLE moved (id INT PRIMARY KEY)", 300),
+              ddl_event("RENAME TABLE moved TO staging_moved", 400),
+              ddl_event("CREATE TABLE back (id INT PRIMARY KEY)", 500), ddl_event("DROP TABLE back", 600),
+              ddl_event("CREATE TABLE back (id INT PRIMARY KEY)", 700)]
+    assert list(arrivals(events, set(), selects, "shop")) == ["back"]
+    assert departed(events, "shop") == {"gone", "moved"}, "staging_moved is there (not selected), back came back"

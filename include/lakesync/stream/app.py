@@ -39,7 +39,7 @@ from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
-from lakesync.stream.new_tables import Arrival, arrivals, join, not_synced_note, older_tables
+from lakesync.stream.new_tables import Arrival, arrivals, departed, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
 from lakesync.stream.schema_changes import (
@@ -171,8 +171,9 @@ class BatchApplier:
         self._lock = threading.Lock()
         self._closed = False
         self._looked_for_older = False
-        for table in tables:
-            if (progress := self.progress.tables.get(table.name)) is not None:
+        streamed = {table.name for table in tables}
+        for name, progress in self.progress.tables.items():  # streamed now, or no longer wanted
+            if name in streamed or not pipeline.tables.selects(name):
                 progress.not_synced = None
 
     def close(self) -> None:
@@ -363,7 +364,10 @@ class BatchApplier:
     def _join_new_tables(self, events: list[SchemaChangeEvent]) -> None:
         """Selected tables that appeared after the load (stream/new_tables.py): joined, each with a handoff
         position and a Delta table, or named in the progress file with the reason they are not synced."""
-        found = arrivals(events, set(self.sinks), self.pipeline.tables.selects, self.pipeline.source.database)
+        database = self.pipeline.source.database
+        for name in departed(events, database) & set(self.progress.tables):
+            self.progress.tables[name].not_synced = None  # gone before it was synced: nothing to say any more
+        found = arrivals(events, set(self.sinks), self.pipeline.tables.selects, database)
         if self.pipeline.stream.join_new_tables and not self._looked_for_older:
             self._looked_for_older = True  # once per query: it asks the source
             try:

@@ -18,7 +18,8 @@ from its DDL on ``<prefix>.<db>._schema``:
 
 The stream then restarts its query with the new topic (:func:`lakesync.stream.app.run_stream`), in the same
 process. Until a table is joined, or when ``stream.join_new_tables`` is off, ``stream_progress.json`` names it
-with the reason (``not_synced``) and ``lakesync status`` shows it.
+with the reason (``not_synced``) and ``lakesync status`` shows it; the note goes when the table is streamed,
+dropped or renamed away, or no longer selected.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from lakesync.core.errors import LakesyncError
 from lakesync.core.types import arrow_field
 from lakesync.events.envelope import SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad
-from lakesync.source.ddl import CREATE_TABLE, RENAME_TABLE
+from lakesync.source.ddl import CREATE_TABLE, DROP_TABLE, RENAME_TABLE
 from lakesync.source.table_reader import TableShape
 from lakesync.stream.schema_changes import column_spec_from_ddl, resnapshot_note
 
@@ -55,21 +56,33 @@ class Arrival:
         return f"{'created' if self.how == 'created' else 'renamed in'} on the source at {self.event.position}"
 
 
-def arrivals(events: Sequence[SchemaChangeEvent], known: Collection[str], selects: Callable[[str], bool],
-             database: str) -> dict[str, Arrival]:
-    """Pure: per table that is selected and not ``known``, the latest ``CREATE TABLE`` (or ``RENAME TABLE ...
-    TO`` it) among ``events``."""
-    found: dict[str, Arrival] = {}
+def _fates(events: Sequence[SchemaChangeEvent], database: str) -> dict[str, Arrival | None]:
+    """Pure: per table of ``database``, the newest DDL among ``events`` that brought it (its arrival) or took
+    it away (None: ``DROP TABLE``, or ``RENAME TABLE`` it to another name)."""
+    fates: dict[str, Arrival | None] = {}
     for event in sorted(events, key=lambda e: e.position):
         if event.kind == CREATE_TABLE and event.db == database:
-            arrival = Arrival(event.table, "created", event)
+            fates[event.table] = Arrival(event.table, "created", event)
         elif event.kind == RENAME_TABLE and event.new_table:
-            arrival = Arrival(event.new_table, "renamed_in", event)
-        else:
-            continue
-        if arrival.table not in known and selects(arrival.table):
-            found[arrival.table] = arrival
-    return found
+            if event.db == database:
+                fates[event.table] = None
+            fates[event.new_table] = Arrival(event.new_table, "renamed_in", event)
+        elif event.kind == DROP_TABLE and event.db == database:
+            fates[event.table] = None
+    return fates
+
+
+def arrivals(events: Sequence[SchemaChangeEvent], known: Collection[str], selects: Callable[[str], bool],
+             database: str) -> dict[str, Arrival]:
+    """Pure: per table that is selected, not ``known`` and still there after ``events``, its latest ``CREATE
+    TABLE`` (or ``RENAME TABLE ... TO`` it)."""
+    return {table: arrival for table, arrival in _fates(events, database).items()
+            if arrival is not None and table not in known and selects(table)}
+
+
+def departed(events: Sequence[SchemaChangeEvent], database: str) -> set[str]:
+    """Pure: the tables ``events`` leave gone (dropped or renamed away, and not back): nothing to sync."""
+    return {table for table, arrival in _fates(events, database).items() if arrival is None}
 
 
 def created_shape_matches(event: SchemaChangeEvent, shape: TableShape) -> bool:
