@@ -126,6 +126,30 @@ def test_stream_applies_debezium_topics_from_the_full_load_position(loaded, mari
         assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})
 
 
+def test_records_without_schema_before_the_load_are_passed_over_as_the_refusals_hint_promises(
+        loaded, mariadb, broker, fresh_database, spark):
+    """The refusal of records without schema says: fix the converter, re-run the full load, and the stream
+    starts after them. They stay in the topic (retention) before the load's position; the search for the
+    stream's start passes over them instead of refusing again."""
+    pipeline, p = loaded
+    assert p.offset > 4
+    before_load = SourcePosition(p.file, p.offset - 1)
+    row = _debezium_row(1, *ROWS[1])
+    bare = json.loads(_debezium_event(fresh_database, "u", row, row, before_load, 0))["payload"]
+    with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE ledger SET label = 'after' WHERE id = 3")
+    before, after = _debezium_row(3, *ROWS[3]), _debezium_row(3, ROWS[3][0], ROWS[3][1], "after")
+    _produce(broker.bootstrap, pipeline.topic("ledger"), [
+        (b'{"id": 1}', json.dumps(bare).encode()),
+        (b'{"id": 3}', _debezium_event(fresh_database, "u", before, after, SourcePosition(p.file, p.offset + 100), 0)),
+    ])
+
+    run_stream(pipeline, once=True, spark=spark)
+
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, fresh_database, {"ledger": pipeline.delta.table_uri("ledger")})
+
+
 def test_debezium_topic_starting_after_the_full_load_is_refused(loaded, broker, fresh_database, spark):
     pipeline, p = loaded
     late = SourcePosition(p.file, p.offset + 500)

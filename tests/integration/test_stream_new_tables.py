@@ -196,3 +196,33 @@ def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mari
     run_stream(pipeline, once=True, spark=spark)
     status = pipeline_status(pipeline, relay=False)
     assert [item for item in attention(status, lag_alert_seconds=3600) if item.table == "fresh"] == []
+
+
+def test_a_table_loaded_by_hand_counts_as_pending_only_the_changes_after_its_load(stack, mariadb, fresh_database,
+                                                                                   spark, tmp_path, monkeypatch):
+    """The not-synced table's command (its own load), then status before the stream's restart: its topic
+    holds changes from before the load, which the stream will never read (it starts the topic at the load's
+    position), so they are not pending; the change after the load is."""
+    for key, value in stack.connection_env().items():
+        monkeypatch.setenv(key, value)
+    database = fresh_database
+    pipeline = _pipeline(tmp_path, database, join=False)
+    _start(mariadb, database, pipeline, spark)
+    _sql(mariadb, database, CREATE.format(t="fresh"), "INSERT INTO fresh VALUES (1, 'x', 1.25)",
+         "INSERT INTO fresh VALUES (2, 'y', NULL)", "UPDATE fresh SET v = 'x2' WHERE id = 1")
+    _relay(pipeline)
+    FullLoad(pipeline, tables=["fresh"]).run()
+
+    def fresh_stream(status: dict[str, Any]) -> dict[str, Any]:
+        return next(e for e in status["tables"] if e["table"] == "fresh")["stream"]
+
+    assert (fresh_stream(pipeline_status(pipeline))["pending"], fresh_stream(pipeline_status(pipeline))["lag_seconds"]
+            ) == (0, 0.0), "three changes before the load are in the topic; none of them is pending"
+    _sql(mariadb, database, "UPDATE fresh SET amount = 9.99 WHERE id = 2")
+    _relay(pipeline)
+    pending = fresh_stream(pipeline_status(pipeline))["pending"]
+    assert pending in (1, 2), f"the change after the load (and its transaction's commit marker): {pending}"
+
+    run_stream(pipeline, once=True, spark=spark)  # restarted: the stream reads the table from its load on
+    with mariadb.connect() as conn:
+        assert_tables_match(conn, database, {name: pipeline.delta.table_uri(name) for name in ("base", "fresh")})

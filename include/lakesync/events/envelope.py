@@ -241,20 +241,28 @@ def _position(source: Mapping[str, Any], op: str, headers: Mapping[str, str]) ->
     return SourcePosition(pos.file, pos.offset, pos.row, gtid)
 
 
-def record_position_key(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None
-                        ) -> str | None:
+def record_position_key(value: bytes | str | None, headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None,
+                        *, schemaless_ok: bool = False) -> str | None:
     """The position key (:meth:`SourcePosition.key`) of a Kafka record, for seeking: the ``lakesync.pos``
     header when present, else derived from the value's source block (Debezium's topics). None for a record
-    with no value (a tombstone), which has no position."""
+    with no value (a tombstone), which has no position. A Debezium record without its schema is refused
+    (:func:`refuse_schemaless`) unless ``schemaless_ok``: its position is readable, its values are not, so
+    only a search that will not read it (it lies before where the stream starts) may pass over it."""
     key = _header_map(headers).get(H_POS)
     if key:
         return key
     if value is None:
         return None
     payload, schema = _unwrap(_loads(value))
-    if schema is None:
+    if schema is None and not schemaless_ok:
         refuse_schemaless(payload.get("source") or {})
     return position_from_source_block(payload.get("source") or {}, payload.get("op") or "c").key()
+
+
+def message_position_key(msg: Any) -> str | None:
+    """A Kafka message's position key (:func:`record_position_key`), for searching a topic: records without
+    their schema that the search passes over (older, retained ones) are no reason to stop."""
+    return record_position_key(msg.value(), msg.headers(), schemaless_ok=True)
 
 
 def record_source_ts_ms(value: bytes | str | None) -> int | None:

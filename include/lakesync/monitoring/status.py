@@ -90,26 +90,24 @@ def _stream_entry(progress: TableProgress, backlog: Backlog | None, now_ms: int)
 
 
 def stream_backlogs(pipeline: Pipeline, tables: list[str], *, timeout_s: float) -> dict[str, Backlog] | None:
-    """Per table of ``tables``, what the stream has still to apply (a table whose topic doesn't exist yet has
-    nothing pending); None when that can't be known: the stream has not committed a batch yet, or the
+    """Per loaded table of ``tables``, what the stream has still to apply (:func:`lakesync.stream.lag.
+    table_backlogs`); None when that can't be known: the stream has not committed a batch yet, or the
     broker can't be read (the relay's entry says so)."""
     from lakesync.core.connections import kafka_client_config
     from lakesync.stream.app import checkpoint_dir
-    from lakesync.stream.lag import Backlog, backlog_consumer, committed_offsets, read_backlogs
+    from lakesync.stream.lag import backlog_consumer, committed_offsets, table_backlogs
 
     committed = committed_offsets(checkpoint_dir(pipeline))
     if committed is None or not tables:
         return None
-    topics = {pipeline.topic(name): name for name in tables}
     try:
         consumer = backlog_consumer(kafka_client_config(pipeline))
         try:
-            found = read_backlogs(consumer, topics, committed, timeout=timeout_s)
+            return table_backlogs(pipeline, consumer, tables, committed, timeout=timeout_s)
         finally:
             consumer.close()
     except LakesyncError:
         return None
-    return {name: found.get(topic, Backlog()) for topic, name in topics.items()}
 
 
 def relay_silence(relay: dict[str, Any], now_ms: int) -> float | None:

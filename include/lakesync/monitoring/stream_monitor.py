@@ -21,7 +21,7 @@ from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import LakesyncError
 from lakesync.monitoring.history import HistoryRecorder
 from lakesync.monitoring.metrics import STREAM_PORT_OFFSET, PipelineMetrics
-from lakesync.stream.lag import Backlog, backlog_consumer, planned_offsets, read_backlogs
+from lakesync.stream.lag import backlog_consumer, planned_offsets, table_backlogs
 from lakesync.stream.progress import StreamProgress
 
 log = logging.getLogger(__name__)
@@ -51,17 +51,16 @@ class StreamMonitor:
         offsets = planned_offsets(self.checkpoint, batch_id)
         if offsets is None or not tables:
             return {}
-        topics = {self.pipeline.topic(name): name for name in tables}
         try:
             if self._consumer is None:
                 self._consumer = backlog_consumer(kafka_client_config(self.pipeline))
-            backlogs = read_backlogs(self._consumer, topics, offsets, timeout=3.0)
+            backlogs = table_backlogs(self.pipeline, self._consumer, tables, offsets, timeout=3.0)
         except LakesyncError as exc:
             log.warning("could not measure the stream's lag after batch %d (not shown this time): %s", batch_id,
                         exc.message)
             return {}
         now_ms = int(time.time() * 1000)
-        return {name: backlogs.get(topic, Backlog()).lag_seconds(now_ms) for topic, name in topics.items()}
+        return {name: backlog.lag_seconds(now_ms) for name, backlog in backlogs.items()}
 
     def failed(self, exc: BaseException) -> None:
         self.metrics.error("stream", exc)

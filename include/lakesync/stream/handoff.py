@@ -22,13 +22,13 @@ every change after it. A table that neither proves is refused, and the stream wr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, Message
 
 from lakesync.core.errors import GapError, LakesyncError
 from lakesync.events.debezium import position_from_source_block
-from lakesync.events.envelope import record_position_key
+from lakesync.events.envelope import message_position_key, record_position_key
 from lakesync.kafka.offsets import (
     TP,
     earliest_offsets,
@@ -75,7 +75,7 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
         return
     earliest: dict[str, str | None] = {}
     for table, (topic, _) in tables.items():
-        keys = first_position_keys(consumer, list_partitions(consumer, topics=[topic]), _message_position)
+        keys = first_position_keys(consumer, list_partitions(consumer, topics=[topic]), message_position_key)
         earliest[table] = min(keys.values()) if keys else None
     if debezium_history is not None and any(first is None or first > tables[table][1]
                                             for table, first in earliest.items()):
@@ -141,9 +141,17 @@ def debezium_ddl_positions(consumer: Consumer, topic: str, database: str) -> dic
     return found
 
 
-def _message_position(msg: Message) -> str | None:
-    """A record's position key: the relay's header, or Debezium's source block."""
-    return record_position_key(msg.value(), msg.headers())
+def _position_refusing_unreadable_from(start_key: str) -> Callable[[Message], str | None]:
+    """The search's position reader for a stream that starts at ``start_key``: records before it are passed
+    over whatever they hold; the first record the stream would read is refused when it can't be read (a
+    Debezium record without its schema), before any batch is planned."""
+    def position_of(msg: Message) -> str | None:
+        key = message_position_key(msg)
+        if key is not None and key >= start_key:
+            record_position_key(msg.value(), msg.headers())
+        return key
+
+    return position_of
 
 
 def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline_name: str
@@ -156,7 +164,8 @@ def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline
     offsets: dict[str, dict[str, int]] = {}
     for topic, key in topic_keys.items():
         partitions = list_partitions(consumer, topics=[topic])
-        found = first_offsets_at_or_after(consumer, partitions, key, position_of=_message_position)
+        found = first_offsets_at_or_after(consumer, partitions, key,
+                                           position_of=_position_refusing_unreadable_from(key))
         _check_retained(consumer, found, key, pipeline_name)
         offsets[topic] = {str(partition): offset for (_, partition), offset in found.items()}
     return offsets
@@ -169,7 +178,7 @@ def _check_retained(consumer: Consumer, found: Mapping[TP, int], key: str, pipel
     trimmed = [tp for tp, offset in found.items() if starts[tp] > 0 and offset == starts[tp]]
     if not trimmed:
         return
-    firsts = first_position_keys(consumer, trimmed, _message_position)
+    firsts = first_position_keys(consumer, trimmed, message_position_key)
     late = [tp for tp in trimmed if firsts.get(tp, key) > key]
     if late:
         raise GapError(

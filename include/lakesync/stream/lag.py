@@ -24,12 +24,15 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Message
 
-from lakesync.events.envelope import record_source_ts_ms
+from lakesync.core.config import Pipeline
+from lakesync.events.envelope import message_position_key, record_source_ts_ms
+from lakesync.full_load.state import LoadState
 from lakesync.kafka.offsets import (
     TP,
     earliest_offsets,
     end_offsets,
     first_messages,
+    first_offsets_at_or_after,
     list_partitions,
     offset_consumer,
 )
@@ -88,9 +91,9 @@ class Backlog:
 
 
 def next_offsets(committed: Mapping[TP, int], earliest: Mapping[TP, int]) -> dict[TP, int]:
-    """Where the stream reads each partition of ``earliest`` next: its committed offset, or the log's first
-    offset for a partition it has not planned yet (the Kafka source starts new partitions there) or whose
-    unread records retention already removed (those are lost, not pending: the stream refuses to go on)."""
+    """Where the stream reads each partition of ``earliest`` next: its committed offset (for a partition it
+    has not read yet, the caller's handoff offset), else the log's first offset, also where retention already
+    removed unread records (those are lost, not pending: the stream refuses to go on)."""
     return {tp: max(committed.get(tp, first), first) for tp, first in earliest.items()}
 
 
@@ -126,15 +129,36 @@ def backlog_consumer(client: Mapping[str, str]) -> Consumer:
     return offset_consumer({**client, "max.partition.fetch.bytes": "65536"})
 
 
-def read_backlogs(consumer: Consumer, topics: Iterable[str], committed: Mapping[TP, int], *,
+def read_backlogs(consumer: Consumer, topics: Mapping[str, str], committed: Mapping[TP, int], *,
                   timeout: float = 10.0) -> dict[str, Backlog]:
-    """Per topic (of those that exist), what the stream with ``committed`` offsets has still to apply: two
-    offset requests, then one read of the first pending record of each partition that has any (``consumer``
-    from :func:`backlog_consumer`)."""
+    """Per topic of ``topics`` (topic -> its table's handoff position key; those that exist), what the stream
+    with ``committed`` offsets has still to apply: offset requests, then one read of the first pending record
+    of each partition that has any (``consumer`` from :func:`backlog_consumer`). A partition the stream has not
+    read yet (a table that joined since its last batch) starts at the first record at or after the handoff,
+    as the stream starts it: the records before it are not pending, they are never applied."""
     tps = list_partitions(consumer, topics=list(topics), timeout=timeout)
-    starts = next_offsets(committed, earliest_offsets(consumer, tps, timeout=timeout))
+    unread = [tp for tp in tps if tp not in committed]
+    handoff: dict[TP, int] = {}
+    for topic in sorted({topic for topic, _ in unread}):
+        handoff.update(first_offsets_at_or_after(consumer, [tp for tp in unread if tp[0] == topic], topics[topic],
+                                                 timeout=timeout, position_of=message_position_key))
+    starts = next_offsets({**handoff, **committed}, earliest_offsets(consumer, tps, timeout=timeout))
     ends = end_offsets(consumer, tps, timeout=timeout)
     behind = {tp: offset for tp, offset in starts.items() if ends[tp] > offset}
     first = first_messages(consumer, behind, timeout=timeout)
     oldest = {tp: None if msg is None else _commit_time(msg) for tp, msg in first.items()}
     return topic_backlogs(starts, ends, oldest)
+
+
+def table_backlogs(pipeline: Pipeline, consumer: Consumer, tables: Iterable[str], committed: Mapping[TP, int], *,
+                   timeout: float) -> dict[str, Backlog]:
+    """Per table of ``tables`` the full load has finished (the stream reads no other), :func:`read_backlogs`
+    of its topic; a table whose topic does not exist yet has nothing pending."""
+    load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+    handoffs = {pipeline.topic(name): (name, load.tables[name].position_key or "")
+                for name in tables if load.is_done(name)}
+    if not handoffs:
+        return {}
+    found = read_backlogs(consumer, {topic: key for topic, (_, key) in handoffs.items()}, committed,
+                          timeout=timeout)
+    return {name: found.get(topic, Backlog()) for topic, (name, _) in handoffs.items()}
