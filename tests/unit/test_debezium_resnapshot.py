@@ -8,9 +8,11 @@ import copy
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from lakesync.core.positions import SourcePosition
+from lakesync.core.table_layout import OP
 from lakesync.events.envelope import decode
 from lakesync.stream.columnar_decode import decode_table
 from lakesync.stream.decode import SnapshotReadsError, TableChanges
@@ -43,10 +45,21 @@ def test_snapshot_reads_at_or_before_the_load_are_the_initial_snapshot_and_chang
     assert changes.first_snapshot_read(after=load) is None
 
 
-def test_executors_send_snapshot_reads_to_the_driver_instead_of_merging_them():
-    records = kafka_records([(_read(9_000), [])], topic=TOPIC)
+def test_executors_send_snapshot_reads_after_the_load_to_the_driver_instead_of_merging_them():
+    records = kafka_records([(_read(4_000), []), (_read(9_000), [])], topic=TOPIC)
+    load = SourcePosition(decode(_read(0)).position.file, 5_000).key()
     with pytest.raises(SnapshotReadsError):
-        decode_table(records, TOPIC, "t", _schema_before_the_ddl())
+        decode_table(records, TOPIC, "t", _schema_before_the_ddl(), after=load)
+
+
+def test_executors_decode_the_initial_snapshots_reads_themselves():
+    """Reads at or before the load (Debezium's first snapshot, usually the whole table) are decoded where the
+    data is, not shipped raw to the driver's record decoder."""
+    records = kafka_records([(_read(3_000), []), (_read(4_000), [])], topic=TOPIC)
+    load = SourcePosition(decode(_read(0)).position.file, 5_000).key()
+    some_columns = pa.schema([("id", pa.int32()), ("v", pa.string())])  # the rest were added before the load
+    decoded = decode_table(records, TOPIC, "t", some_columns, after=load)
+    assert decoded.select(["id", "v", OP]).to_pylist() == [{"id": 3, "v": "three", OP: "r"}] * 2
 
 
 def test_a_new_snapshot_reloads_the_table_and_says_why_deletes_are_missing():

@@ -273,6 +273,7 @@ class BatchApplier:
             schemas={name: user_schema(self.schemas[name]) for name in live},
             schema_topic=self.schema_topic,
             stop_before=stop_before,
+            handoffs={t.name: t.handoff_key for t in self.by_topic.values() if t.name in live},
         )
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}

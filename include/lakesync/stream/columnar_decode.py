@@ -49,13 +49,16 @@ class DecodePlan:
 
     ``schemas`` holds each table's source columns (the Delta schema without lakesync's columns);
     ``stop_before`` a position key per table whose changes at or after it are left out (a DDL the
-    table can't follow sits there).
+    table can't follow sits there); ``handoffs`` each table's load position: Debezium's events at or before
+    it change nothing (the position rule skips them), so only later ones are judged for what the driver
+    must decide (snapshot reads, added columns, lossy settings).
     """
 
     topic_tables: dict[str, str]
     schemas: dict[str, pa.Schema]
     schema_topic: str | None = None
     stop_before: dict[str, str] = field(default_factory=dict)
+    handoffs: dict[str, str] = field(default_factory=dict)
 
 
 def _parse_type(arrow_type: pa.DataType) -> pa.DataType:
@@ -116,14 +119,14 @@ def _fast_decode(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
     return pa.Table.from_arrays([*arrays, pos, op, ts], schema=pa.schema(fields))
 
 
-def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema) -> pa.Table:
+def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema, after: str) -> pa.Table:
     changes = decode_batch(records, {topic: table}).tables.get(table)
     if changes is None:
         return _empty(schema)
-    changes.refuse_lossy_settings(table, schema)
-    if changes.first_snapshot_read() is not None:  # the driver knows the handoff position: it decides
-        raise SnapshotReadsError(f"Debezium's events of {table} hold snapshot reads")
-    added = changes.added_columns(schema)
+    changes.refuse_lossy_settings(table, schema, after=after)
+    if changes.first_snapshot_read(after=after) is not None:  # the driver re-loads or stops the table
+        raise SnapshotReadsError(f"Debezium's events of {table} hold snapshot reads after its load")
+    added = changes.added_columns(schema, after=after)
     if added:  # never dropped here: the driver evolves the table or re-loads it (BatchApplier)
         raise ColumnsAddedError(f"Debezium's events of {table} carry columns {[c.name for c in added]} "
                                 "the Delta table lacks")
@@ -136,9 +139,9 @@ def _empty(schema: pa.Schema) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def decode_table(records: pa.Table, topic: str, table: str, schema: pa.Schema) -> pa.Table:
+def decode_table(records: pa.Table, topic: str, table: str, schema: pa.Schema, *, after: str = "") -> pa.Table:
     """The changes in ``records`` (one table's topic, no Kafka tombstones) in arrival order, as
-    :meth:`TableChanges.to_arrow` gives them."""
+    :meth:`TableChanges.to_arrow` gives them; ``after``: the table's load position (:class:`DecodePlan`)."""
     if records.num_rows == 0:
         return _empty(schema)
     indexed = records.append_column(_ARRIVAL, pa.array(np.arange(records.num_rows)))
@@ -153,7 +156,7 @@ def decode_table(records: pa.Table, topic: str, table: str, schema: pa.Schema) -
         else:
             parts.append(decoded.append_column(_ARRIVAL, fast_rows.column(_ARRIVAL)))
     if slow_rows.num_rows:
-        decoded = _record_decode(slow_rows, topic, table, schema)
+        decoded = _record_decode(slow_rows, topic, table, schema, after)
         if decoded.num_rows:
             # the record decoder keeps the records' order and drops none of them (it raises instead)
             parts.append(decoded.append_column(_ARRIVAL, slow_rows.column(_ARRIVAL)))
@@ -186,7 +189,8 @@ def decode_records(records: pa.Table, plan: DecodePlan) -> DecodedRecords:
         table = plan.topic_tables.get(name)
         if table is None or table not in plan.schemas:
             continue
-        changes = decode_table(records.filter(pc.equal(topic, pa.scalar(name))), name, table, plan.schemas[table])
+        changes = decode_table(records.filter(pc.equal(topic, pa.scalar(name))), name, table, plan.schemas[table],
+                               after=plan.handoffs.get(table, ""))
         stop = plan.stop_before.get(table)
         if stop is not None:
             changes = changes.filter(pc.less(changes.column(META_COLUMNS[0]), pa.scalar(stop)))
