@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from lakesync.cli.status import print_status
-from lakesync.monitoring.attention import attention, recovery_command
+from lakesync.monitoring.attention import attention, command_in
 
 LONG = "customer_account_balances_daily"
 STOP = ("a DDL at mysql-bin.000003:1234 changed the primary key; re-run the full load for this table: "
@@ -130,5 +130,5 @@ def test_attention_reports_a_failed_validation_and_an_unreadable_relay() -> None
 
 
 def test_recovery_command_is_read_from_the_stop_message() -> None:
-    assert recovery_command(STOP) == "lakesync snapshot --pipeline ops --tables accounts"
-    assert recovery_command("no command here") is None
+    assert command_in(STOP) == "lakesync snapshot --pipeline ops --tables accounts"
+    assert command_in("no command here") is None

@@ -47,7 +47,7 @@ def table_state(entry: dict[str, Any]) -> str:
     return "new"
 
 
-def recovery_command(reason: str | None) -> str | None:
+def command_in(reason: str | None) -> str | None:
     """The ``lakesync ...`` command a stopped table's message names, if any."""
     match = _COMMAND.search(reason or "")
     return match.group(1) if match else None
@@ -67,7 +67,7 @@ def attention(status: dict[str, Any], *, lag_alert_seconds: float) -> list[Atten
         reason = stream.get("stopped_reason")
         if reason:
             stopped.append(Attention("alert", name, f"stopped: {without_command(reason.splitlines()[0])}",
-                                     recovery_command(reason)))
+                                     command_in(reason)))
             continue
         lag = stream.get("lag_seconds")
         if lag is not None and lag > lag_alert_seconds:
@@ -119,5 +119,5 @@ def relay_silent(relay: dict[str, Any], pipeline: str, *, lag_alert_seconds: flo
 def not_synced(status: dict[str, Any]) -> list[Attention]:
     """Selected tables that appeared after the full load and are not streamed, with why (stream/new_tables.py)
     and the command that loads them."""
-    return [Attention("warning", entry["table"], f"not synced: {without_command(reason)}", recovery_command(reason))
+    return [Attention("warning", entry["table"], f"not synced: {without_command(reason)}", command_in(reason))
             for entry in status.get("tables", []) if (reason := (entry.get("stream") or {}).get("not_synced"))]

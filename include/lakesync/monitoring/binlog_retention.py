@@ -8,7 +8,7 @@ BINARY LOGS``) or automatically once a file is older than ``binlog_expire_logs_s
 has ``expire_logs_days``; the two are one setting there). So:
 
 * the needed file is not in ``SHOW BINARY LOGS`` -> **purged**: the relay cannot go on; only a new full
-  load recovers (:func:`recovery_command`);
+  load recovers (:func:`purged_recovery_command`);
 * it is the newest file -> **ok**: the server never expires the file it writes to;
 * otherwise its age decides, and the server judges age by the file's modification time, which a client
   cannot read. The estimate here is *early, never late*: it starts from the newest time lakesync knows to
@@ -57,7 +57,7 @@ class ServerBinlogs:
     now_ms: int
 
 
-def recovery_command(pipeline: str) -> str:
+def purged_recovery_command(pipeline: str) -> str:
     """The one command that recovers from a purged position: a new full load of every table. A relay started
     afterwards finds its stored progress purged and older than the load, and resumes from the load's position."""
     return f"lakesync snapshot --pipeline {pipeline} --restart"
@@ -192,7 +192,7 @@ def binlog_attention(pipeline: str, binlog: dict[str, Any] | None
         return ("alert", f"binlog purged: {binlog['needed_by']} needs {binlog['needed_position']}, and {file} "
                          f"{gone}; the oldest binlog there is {oldest}. The changes after that position are lost "
                          "to the relay: re-load every table (the relay then resumes from the new load)",
-                recovery_command(pipeline))
+                purged_recovery_command(pipeline))
     if state == "expiring":
         return ("warning", f"binlog {binlog['file']}, which {binlog['needed_by']} needs (from "
                            f"{binlog['needed_position']}), may expire in {_duration(binlog['expires_in_seconds'])} "

@@ -19,7 +19,6 @@ is the whole recovery. With ``recovery.when_purged: reload`` the relay runs that
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,7 @@ from lakesync.events.envelope import (
     encode,
     encode_schema_change,
 )
-from lakesync.full_load.state import LoadState
+from lakesync.full_load.state import STATE_FILE_NAME, LoadState
 from lakesync.monitoring.metrics import PipelineMetrics
 from lakesync.relay.backpressure import Backpressure
 from lakesync.relay.offsets import ProgressStore, RelayProgress
@@ -65,7 +64,6 @@ from lakesync.source.server_checks import (
 
 log = logging.getLogger(__name__)
 
-FULL_LOAD_FILE = "full_load.json"
 _GIVE_UP_HINT = ("bring the server (or the broker) back, then start the relay again: it resumes from its committed "
                  "progress. relay.give_up_after_seconds sets how long it keeps trying by itself")
 
@@ -96,24 +94,12 @@ class RelayStats:
         return self.events / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
 
 
-def full_load_position(pipeline: Pipeline) -> SourcePosition | None:
-    """The position the last full load recorded, or None when there is none (or it can't be read)."""
-    path = pipeline.pipeline_state_dir / FULL_LOAD_FILE
-    if not path.exists():
-        return None
-    try:
-        document = json.loads(path.read_text())
-        position = document["position"]
-        return SourcePosition.from_json(position)
-    except (OSError, ValueError, KeyError, TypeError, LakesyncError) as exc:
-        log.warning("ignoring %s: it has no readable position (%s)", path, exc)
-        return None
-
-
-def _finished_load_position(pipeline: Pipeline) -> SourcePosition | None:
-    """The full load's position once the load has finished (every table it selected is loaded at or after it)."""
+def _load_position(pipeline: Pipeline, *, finished: bool) -> SourcePosition | None:
+    """The full load's position (``full_load.json``), None before a load recorded one; with ``finished``, only
+    once the load has finished (every table it selected is loaded at or after it). A damaged file is an error
+    with its fix: starting elsewhere instead could skip changes the load did not capture."""
     state = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
-    return state.position if state.finished_at else None
+    return state.position if state.finished_at or not finished else None
 
 
 def _not_on_server(conn: Any, position: SourcePosition) -> bool:
@@ -212,14 +198,14 @@ class Relay:
         if explicit is not None:
             return explicit, "--from-position"
         if stored is not None:
-            reloaded = _finished_load_position(self.pipeline)
+            reloaded = _load_position(self.pipeline, finished=True)
             if reloaded is not None and reloaded > stored.position and _not_on_server(conn, stored.position):
                 return reloaded, (f"the full load's position: the stored progress {stored.position.token()} is no "
                                   "longer on the server, and the finished load (newer) re-captured every table")
             return stored.position, f"stored progress in {self.store.topic}"
-        loaded = full_load_position(self.pipeline)
+        loaded = _load_position(self.pipeline, finished=False)
         if loaded is not None:
-            return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / FULL_LOAD_FILE})"
+            return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / STATE_FILE_NAME})"
         return current_position(conn), "the server's current position (no progress, no full load yet)"
 
     def _reload_after_purge(self, purged: SourcePosition) -> tuple[SourcePosition, str]:
@@ -231,7 +217,7 @@ class Relay:
         log.warning("relay %s: the binlog at %s is no longer on the source; re-loading every table "
                     "(recovery.when_purged: reload)", self.store.relay, purged.token())
         FullLoad(self.pipeline, restart=True).run()
-        loaded = _finished_load_position(self.pipeline)
+        loaded = _load_position(self.pipeline, finished=True)
         if loaded is None:  # a load of no table records no position
             command = f"lakesync snapshot --pipeline {self.pipeline.name} --restart"
             raise BinlogPurgedError(f"binlog purged: {purged.token()} is no longer on the server, and the re-load "

@@ -195,7 +195,7 @@ class BatchApplier:
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
-        for table_name, stop in [*self._columns_added(batch.raw).items(), *self._resnapshotted(batch.raw).items()]:
+        for table_name, stop in self._debezium_stops(batch.raw).items():
             if table_name not in stop_at or stop.key < stop_at[table_name].key:
                 stop_at[table_name] = stop
         stop_before = {table: stop.key for table, stop in stop_at.items()}
@@ -394,34 +394,27 @@ class BatchApplier:
             progress.not_synced, progress.joined = None, f"{utc_now()}: {joined.note}"
             self.joined.append(name)
 
-    def _columns_added(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
-        """The tables whose Debezium events (decoded on the driver: the executors send such records raw) carry a
-        column their Delta table lacks, each to be re-loaded or stopped at the first event that carries one
-        (:func:`lakesync.stream.schema_changes.columns_added_in_events` says why never in place). Events at
-        or before the table's load position are left out: the load holds what they did."""
+    def _debezium_stops(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
+        """The tables whose Debezium events (decoded on the driver: the executors send such records raw) after
+        the table's load position need a re-load (or a stop), each at the earliest of: the first event carrying
+        a column the Delta table lacks (:func:`lakesync.stream.schema_changes.columns_added_in_events` says why
+        never in place), and the first snapshot read, Debezium having snapshotted again and maybe lost deletes
+        (:func:`lakesync.stream.schema_changes.new_snapshot_in_events`). Events at or before the load change
+        nothing: the load holds what they did."""
         stops: dict[str, _Stop] = {}
         for table_name, changes in (raw.tables.items() if raw is not None else ()):
             if table_name not in self.sinks or self._stopped(table_name):
                 continue
-            added = changes.added_columns(user_schema(self.schemas[table_name]),
-                                          after=self._table(table_name).handoff_key)
-            if added:
+            after = self._table(table_name).handoff_key
+            found = []
+            if added := changes.added_columns(user_schema(self.schemas[table_name]), after=after):
                 action = columns_added_in_events(table_name, added, pipeline=self.pipeline.name)
-                stops[table_name] = _Stop(added[0].first_position, action.stop_reason or "", action.reload)
-        return stops
-
-    def _resnapshotted(self, raw: DecodedBatch | None) -> dict[str, _Stop]:
-        """The tables whose Debezium events hold snapshot reads after the table's load position (the executors
-        send such records raw): Debezium snapshotted again and may have lost deletes, so each is re-loaded (or
-        stopped) at the first such read (:func:`lakesync.stream.schema_changes.new_snapshot_in_events`)."""
-        stops: dict[str, _Stop] = {}
-        for table_name, changes in (raw.tables.items() if raw is not None else ()):
-            if table_name not in self.sinks or self._stopped(table_name):
-                continue
-            first = changes.first_snapshot_read(after=self._table(table_name).handoff_key)
-            if first is not None:
+                found.append(_Stop(added[0].first_position, action.stop_reason or "", action.reload))
+            if (first := changes.first_snapshot_read(after=after)) is not None:
                 action = new_snapshot_in_events(table_name, first, pipeline=self.pipeline.name)
-                stops[table_name] = _Stop(first, action.stop_reason or "", action.reload)
+                found.append(_Stop(first, action.stop_reason or "", action.reload))
+            if found:
+                stops[table_name] = min(found, key=lambda stop: stop.key)
         return stops
 
     def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
