@@ -150,6 +150,9 @@ class FaultPipeline:
     def snapshot(self, *extra: str) -> subprocess.Popen:
         return self._spawn("snapshot", self._cli("snapshot", *extra))
 
+    def recover(self, *extra: str) -> subprocess.Popen:
+        return self._spawn("recover", self._cli("recover", *extra))
+
     def stream(self, *, once: bool = False) -> subprocess.Popen:
         argv = [sys.executable, str(STREAM_APP), "--pipeline", self.name, "--pipelines-dir", str(self.pipelines_dir)]
         return self._spawn("stream", argv + (["--once"] if once else []))

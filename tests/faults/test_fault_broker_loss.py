@@ -1,5 +1,7 @@
 """The broker loses its data (its log directories wiped: a new cluster, a lost disk): the stream refuses to
-resume and says to re-run the full load; the documented recovery brings Delta back to the source."""
+resume and names ``lakesync recover``; that one command, with the relay stopped, replays from the binlog what
+Kafka lost (no table is re-loaded: the binlog still covers every table's consumed-through mark), and Delta
+comes back equal to the source."""
 
 from __future__ import annotations
 
@@ -7,18 +9,20 @@ import json
 import shutil
 
 import pytest
+from deltalake import DeltaTable
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID
 
 from lakesync.core.errors import GapError
 from lakesync.full_load.load import FullLoad
-from lakesync.stream.app import checkpoint_dir, run_stream
+from lakesync.full_load.state import LoadState
+from lakesync.stream.app import run_stream
 from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, kill_group, seeded_random
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 
-def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack, mariadb, fresh_database,
-                                                                          own_broker, tmp_path, monkeypatch, spark):
+def test_broker_data_loss_is_refused_as_a_gap_and_recover_replays_it_from_the_binlog_without_a_reload(
+        stack, mariadb, fresh_database, own_broker, tmp_path, monkeypatch, spark):
     env = {**stack.connection_env(), f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": own_broker.bootstrap}})}
     for name, value in env.items():
@@ -41,18 +45,27 @@ def test_broker_data_loss_is_refused_as_a_gap_and_a_new_full_load_recovers(stack
         shutil.rmtree(own_broker.home / "data")
         own_broker.start()
         outcome.kills += 1
-        kit.relay()
+        relay = kit.relay()
         with Workload(mariadb, fresh_database, seed=rng.randrange(1_000)) as workload:
             workload.stop_after(rng.uniform(1.0, 3.0))
         kit.wait_relay_caught_up()
 
         with pytest.raises(GapError, match="gone or were recreated") as refused:
             run_stream(kit.pipeline, once=True, spark=spark)
-        assert "re-run the full load" in str(refused.value)
+        assert f"lakesync recover --pipeline {kit.name}" in str(refused.value)
 
-        # the documented recovery: a new full load, a new checkpoint, the stream again (the relay keeps running)
-        kit.finish(kit.snapshot("--restart"))
-        shutil.rmtree(checkpoint_dir(kit.pipeline))
+        # the documented recovery: stop the relay, recover, start the relay, the stream (it starts afresh)
+        tables = sorted(LoadState.for_pipeline_dir(kit.pipeline.pipeline_state_dir).tables)
+        versions = {table: DeltaTable(kit.pipeline.delta.table_uri(table)).version() for table in tables}
+        relay.terminate()  # SIGTERM: a clean stop, which the relay's last progress record says
+        relay.wait(60)
+        recovered = kit.finish(kit.recover())
+        assert "0 re-loaded" in kit.output(recovered), kit.output(recovered)
+        assert {table: DeltaTable(kit.pipeline.delta.table_uri(table)).version() for table in tables} \
+            == versions, "recover replays; it writes no table"
+        relay = kit.relay()
+        with Workload(mariadb, fresh_database, seed=rng.randrange(1_000)) as workload:
+            workload.stop_after(rng.uniform(1.0, 2.0))
         kit.wait_relay_caught_up()
         run_stream(kit.pipeline, once=True, spark=spark)
         kit.verify(outcome)

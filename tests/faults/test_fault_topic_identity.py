@@ -16,7 +16,7 @@ def test_a_resumed_stream_refuses_a_recreated_or_vanished_topic(tmp_path):
     check_topic_identity(tmp_path, {"p.db.a": "id-a", "p.db.b": "id-b"}, pipeline="p", fresh=True)
     with pytest.raises(GapError, match=r"p\.db\.a") as recreated:
         check_topic_identity(tmp_path, {"p.db.a": "id-a2", "p.db.b": "id-b"}, pipeline="p", fresh=False)
-    assert "lakesync snapshot --pipeline p --restart" in str(recreated.value)
+    assert "`lakesync recover --pipeline p`" in str(recreated.value)
     with pytest.raises(GapError, match=r"p\.db\.b"):
         check_topic_identity(tmp_path, {"p.db.a": "id-a"}, pipeline="p", fresh=False)
 

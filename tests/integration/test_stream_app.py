@@ -9,7 +9,6 @@ replayed older insert cannot bring a deleted row back.
 from __future__ import annotations
 
 import random
-import shutil
 import threading
 import time
 import uuid
@@ -24,9 +23,11 @@ from lakesync_devkit.demo.database import create_demo_database, seed_demo_data
 from lakesync_devkit.demo.load import DemoWorkload, LoadReport
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
+from lakesync.cli.main import main as cli_main
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import GapError
 from lakesync.full_load.load import FullLoad
+from lakesync.full_load.state import LoadState
 from lakesync.relay import Relay, covered_range
 from lakesync.source.server_checks import current_position
 from lakesync.stream import app as stream_app
@@ -282,8 +283,8 @@ def test_deleted_row_stays_deleted_when_an_older_insert_is_replayed_through_kafk
     assert_equal(mariadb, pipeline, "items", ["id"])
 
 
-def test_changes_deleted_from_kafka_before_the_stream_read_them_stop_it_naming_table_range_and_command(
-        env, mariadb, broker, items, fresh_database, tmp_path, spark):
+def test_changes_deleted_from_kafka_are_refused_then_replayed_from_the_binlog_by_recover_without_a_reload(
+        env, mariadb, broker, items, fresh_database, tmp_path, spark, capsys):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -306,11 +307,19 @@ def test_changes_deleted_from_kafka_before_the_stream_read_them_stop_it_naming_t
     message = str(refused.value)
     assert "were deleted from Kafka" in message and f"items ({topic}/0 offsets " in message, message
     assert f"-{deleted_to.low_watermark - 1})" in message, message
-    assert f"lakesync snapshot --pipeline {pipeline.name} --restart" in message, message
+    assert f"lakesync recover --pipeline {pipeline.name}" in message, message
     assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "nothing may be written"
 
-    # the command it gives, then the stream afresh: Delta equals the source (the oracle's verdict)
-    FullLoad(pipeline=pipeline, restart=True).run()
-    shutil.rmtree(checkpoint_dir(pipeline))
+    # the command it gives (the relay is stopped), the relay, the stream: Delta equals the source (the oracle),
+    # through a replay from the table's consumed-through mark, not a new load
+    consumed = StreamProgress.load(pipeline.pipeline_state_dir).tables["items"].consumed_through
+    assert consumed is not None and consumed > LoadState.for_pipeline_dir(pipeline.pipeline_state_dir) \
+        .tables["items"].position_key, "the stream's batch moved the mark past the load"
+    assert cli_main(["recover", "--pipeline", pipeline.name, "--pipelines-dir", str(tmp_path / "pipelines")]) == 0
+    shown = capsys.readouterr().out
+    assert f"items: replay: replayed from {consumed}" in shown and "1 tables replayed, 0 re-loaded" in shown, shown
+    assert LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["items"].position_key == consumed
+    assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "no new load of the table"
+    relay_until_idle(pipeline)
     run_stream(pipeline, once=True, spark=spark)
     assert_equal(mariadb, pipeline, "items", ["id"])

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "lakesync.cli.status",
     "lakesync.cli.validate",
     "lakesync.cli.settle",
+    "lakesync.cli.recover",
     "lakesync.cli.jars",
 )
 

@@ -110,9 +110,10 @@ def relay_silent(relay: dict[str, Any], pipeline: str, *, lag_alert_seconds: flo
     silent = relay.get("silent_seconds")
     if silent is None or silent <= lag_alert_seconds:
         return []
+    how = "it stopped cleanly then" if relay.get("stopped") else "it is not running or is stuck"
     return [Attention("alert", None, f"relay silent for {silent:,.0f} s (last progress or heartbeat at "
                                      f"{relay.get('updated_at')}), past lag_alert_seconds ({lag_alert_seconds:,.0f} "
-                                     "s): it is not running or is stuck; changes since then are not in Kafka",
+                                     f"s): {how}; changes since then are not in Kafka",
                       f"lakesync relay --pipeline {pipeline}")]
 
 

@@ -132,7 +132,7 @@ def relay_status(pipeline: Pipeline, *, timeout_s: float = 3.0) -> dict[str, Any
         return {"position": None, "covered_from": None, "updated_at": None}
     return {"position": progress.position.key(), "position_token": progress.position.token(),
             "covered_from": progress.covered_from.key(), "updated_at": _iso_ms(progress.updated_ms or None),
-            "updated_ms": progress.updated_ms or None}
+            "updated_ms": progress.updated_ms or None, "stopped": progress.stopped}
 
 
 def pipeline_status(pipeline: Pipeline, *, relay: bool = True, relay_timeout_s: float = 3.0, binlog: bool = True,

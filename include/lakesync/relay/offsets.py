@@ -4,7 +4,7 @@ Topic ``<prefix>._lakesync_offsets`` (one partition, ``cleanup.policy=compact``)
 (``<pipeline>/<server id>``), value = JSON::
 
     {"version": 1, "position": {"file", "offset", "row", "gtid"},
-     "covered_from": {...}, "updated_ms": 1700000000000}
+     "covered_from": {...}, "updated_ms": 1700000000000, "stopped": false}
 
 ``position`` is a transaction end: every change before it is published. The relay writes this record in the
 same Kafka transaction as the changes up to it (:meth:`lakesync.relay.publisher.Publisher.commit`), and it
@@ -12,7 +12,8 @@ is read back with ``read_committed``, so the progress a restarted relay resumes 
 data (resuming from an aborted progress record would skip changes, which no position rule could repair).
 ``covered_from`` is the first position this relay ever published from; the stream's gap check needs the
 relay's coverage to reach back to the full load's position (:func:`covered_range`). ``updated_ms`` moves on
-every commit and on heartbeats while the source is quiet. The last record for a key wins.
+every commit and on heartbeats while the source is quiet; ``stopped`` marks the record of a clean stop. The
+last record for a key wins.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class RelayProgress:
     position: SourcePosition
     covered_from: SourcePosition
     updated_ms: int = 0
+    #: the relay's last record before a clean stop (no heartbeat follows until it starts again)
+    stopped: bool = False
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -57,13 +60,14 @@ class RelayProgress:
             "position": SourcePosition.to_json(self.position),
             "covered_from": SourcePosition.to_json(self.covered_from),
             "updated_ms": self.updated_ms,
+            "stopped": self.stopped,
         }).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> RelayProgress:
         document = json.loads(raw)
         return cls(SourcePosition.from_json(document["position"]), SourcePosition.from_json(document["covered_from"]),
-                   int(document.get("updated_ms") or 0))
+                   int(document.get("updated_ms") or 0), bool(document.get("stopped")))
 
 
 class ProgressStore:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from lakesync.core.errors import BrokerError, BrokerUnavailableError
@@ -101,6 +101,26 @@ class TopicManager:
                               hint="let the relay's user alter topic configs, or set kafka.retention_hours to "
                                    "null to leave retention to the broker") from exc
         log.info("topic %s: settings changed to %s (the pipeline's)", topic, changes)
+
+    def truncate(self, topics: list[str]) -> dict[tuple[str, int], int]:
+        """Delete every record of ``topics`` (those that exist): per partition, the log's new start offset."""
+        try:
+            existing = self._admin.list_topics(timeout=self._timeout).topics
+        except KafkaException as exc:
+            raise BrokerUnavailableError(f"cannot list topics on the broker: {exc}") from exc
+        partitions = [TopicPartition(topic, partition, OFFSET_END) for topic in topics if topic in existing
+                      for partition in existing[topic].partitions]
+        if not partitions:
+            return {}
+        starts: dict[tuple[str, int], int] = {}
+        for tp, future in self._admin.delete_records(partitions, request_timeout=self._timeout).items():
+            try:
+                starts[(tp.topic, tp.partition)] = future.result(self._timeout).low_watermark
+            except KafkaException as exc:
+                raise BrokerError(f"cannot delete the records of {tp.topic}/{tp.partition}: {exc}",
+                                  hint="let lakesync's Kafka user delete records (DeleteRecords on the topics)"
+                                  ) from exc
+        return starts
 
     def _wait_for_metadata(self, topic: str) -> None:
         deadline = time.monotonic() + self._timeout

@@ -383,25 +383,26 @@ class Relay:
         # a source transaction longer than this is split (see _split), well inside transaction.timeout.ms
         split_after = publisher.transaction_timeout_s / 2 if publisher.transactional else float("inf")
 
-        def checkpoint(*, heartbeat: bool = False) -> None:
-            """Commit the open unit with the progress up to ``committed`` (a heartbeat: even when nothing
-            changed, so readers see the relay alive and caught up)."""
+        def checkpoint(*, heartbeat: bool = False, stopping: bool = False) -> None:
+            """Commit the open unit with the progress up to ``committed`` (a heartbeat, or the record of a clean
+            stop: even when nothing changed, so readers see the relay alive and caught up, or stopped)."""
             nonlocal saved, unit_opened, unit_changes, last_commit
-            if unit_opened is None and committed == saved and not heartbeat:
+            if unit_opened is None and committed == saved and not heartbeat and not stopping:
                 return
-            self._commit(publisher, RelayProgress(committed, covered_from, int(time.time() * 1000)))
+            self._commit(publisher, RelayProgress(committed, covered_from, int(time.time() * 1000), stopping))
             saved, unit_opened, unit_changes, last_commit = committed, None, 0, time.monotonic()
             self._position = committed
             stats.position = committed
             self.metrics.relay_progress(committed, stats.tables)
 
-        def finish() -> None:
-            """Commit what is whole; a unit that ends inside a source transaction is aborted instead (never
-            shown), and the next start republishes it from the last committed progress."""
+        def finish(*, stopping: bool = False) -> None:
+            """Commit what is whole (``stopping``: marked as the last record of a clean stop); a unit that ends
+            inside a source transaction is aborted instead (never shown), and the next start republishes it
+            from the last committed progress."""
             if in_source_transaction and publisher.transactional:
                 publisher.abort()
             else:
-                checkpoint()
+                checkpoint(stopping=stopping)
 
         in_source_transaction = False
         try:
@@ -479,7 +480,7 @@ class Relay:
                 check_position_available(conn, committed)  # never silently skip a purged binlog
                 source = open_source(committed)
                 last_activity = time.monotonic()
-            finish()
+            finish(stopping=True)
         except BrokerError:
             raise  # the open transaction is aborted (Publisher.close): nothing past the progress is visible
         except LakesyncError:

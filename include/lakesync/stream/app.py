@@ -36,9 +36,11 @@ from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
+from lakesync.stream.consumed import ConsumedMarks
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
+from lakesync.stream.lag import planned_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, departed, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
@@ -164,6 +166,7 @@ class BatchApplier:
         self.progress = StreamProgress.load(pipeline.pipeline_state_dir)
         self.summary = StreamRunSummary()
         self.monitor = StreamMonitor(pipeline, checkpoint_dir(pipeline))
+        self.consumed = ConsumedMarks(pipeline)
         #: whether selected tables that appear after the load are looked for (not with ``--tables``)
         self.watch_new_tables = watch_new_tables
         #: tables that joined in this query's batches: the query must be restarted to read their topics
@@ -227,6 +230,10 @@ class BatchApplier:
         del batch
         release_free_memory()  # the executors read the next batch meanwhile: don't hold this MERGE's peak
         self.summary.batches += 1
+        applied = planned_offsets(checkpoint_dir(self.pipeline), batch_id)
+        if applied is not None:
+            self.consumed.after_batch(applied, {t.name: t.topic for t in self.by_topic.values()
+                                                if not self._stopped(t.name)}, self.progress)
         self.progress.save(self.pipeline.pipeline_state_dir)
         self.monitor.batch(batch_id, self.progress, time.monotonic() - started)
 
@@ -559,7 +566,7 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
                                    debezium_history=(pipeline.kafka.topic_prefix, pipeline.source.database))
             topic_keys = {t.topic: t.handoff_key for t in selected}
             topic_keys[schema_topic] = min(t.handoff_key for t in selected)
-            offsets = starting_offsets(consumer, topic_keys, pipeline.name)
+            offsets = starting_offsets(consumer, topic_keys, pipeline)
             log.info("new stream starts at the handoff offsets %s", offsets)
             return offsets
         log.info("stream resumes from its checkpoint %s", checkpoint)
@@ -569,7 +576,7 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
         unread = {t.topic: t.handoff_key for t in selected if t.topic not in read}
         if not unread:
             return {}
-        offsets = starting_offsets(consumer, unread, pipeline.name)
+        offsets = starting_offsets(consumer, unread, pipeline)
         log.info("topics new to the checkpoint start at their tables' handoff offsets %s", offsets)
         return offsets
     finally:

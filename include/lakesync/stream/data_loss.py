@@ -48,9 +48,10 @@ def data_loss_error(pipeline: str, missing: list[MissingRange], checkpoint: Path
     return GapError(
         "changes the stream has not applied yet were deleted from Kafka (retention, or deleted records): "
         + "; ".join(m.describe() for m in missing),
-        hint=f"re-load the pipeline and start the stream afresh: `lakesync snapshot --pipeline {pipeline} "
-             f"--restart`, then remove {checkpoint}; raise kafka.retention_hours above the longest time the "
-             f"stream can be stopped or behind (affected: {', '.join(tables)})",
+        hint=f"stop the relay and run `lakesync recover --pipeline {pipeline}`: it replays what the binlog still "
+             "has and re-loads only the tables it can't cover (or re-load everything: `lakesync snapshot "
+             f"--pipeline {pipeline} --restart`, then remove {checkpoint}); raise kafka.retention_hours above the "
+             f"longest time the stream can be stopped or behind (affected: {', '.join(tables)})",
     )
 
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from confluent_kafka import Consumer, Message
 
+from lakesync.core.config import Pipeline
 from lakesync.core.errors import GapError, LakesyncError
 from lakesync.events.debezium import position_from_source_block
 from lakesync.events.envelope import message_position_key, record_position_key
@@ -37,6 +39,7 @@ from lakesync.kafka.offsets import (
     list_partitions,
     read_to_end,
 )
+from lakesync.recovery.marker import recovered_log_starts
 
 GAP_HINT = "re-run the full load for these tables (`lakesync snapshot --pipeline {pipeline} --tables {tables}`)"
 
@@ -154,7 +157,7 @@ def _position_refusing_unreadable_from(start_key: str) -> Callable[[Message], st
     return position_of
 
 
-def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline_name: str
+def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline: Pipeline
                      ) -> dict[str, dict[str, int]]:
     """For each topic, per partition, the first offset at or after the topic's handoff position key.
 
@@ -166,16 +169,20 @@ def starting_offsets(consumer: Consumer, topic_keys: Mapping[str, str], pipeline
         partitions = list_partitions(consumer, topics=[topic])
         found = first_offsets_at_or_after(consumer, partitions, key,
                                            position_of=_position_refusing_unreadable_from(key))
-        _check_retained(consumer, found, key, pipeline_name)
+        _check_retained(consumer, found, key, pipeline.name, pipeline.pipeline_state_dir)
         offsets[topic] = {str(partition): offset for (_, partition), offset in found.items()}
     return offsets
 
 
-def _check_retained(consumer: Consumer, found: Mapping[TP, int], key: str, pipeline_name: str) -> None:
+def _check_retained(consumer: Consumer, found: Mapping[TP, int], key: str, pipeline_name: str,
+                    state_dir: Path) -> None:
     """Refuse to start where records were deleted from a partition's start (retention, deleted records) and
-    the first one left is past the position: the deleted ones may have been changes the stream needs."""
+    the first one left is past the position: the deleted ones may have been changes the stream needs. Not
+    where ``lakesync recover`` deleted them (:mod:`lakesync.recovery.marker`): its replay follows."""
     starts = earliest_offsets(consumer, list(found))
-    trimmed = [tp for tp, offset in found.items() if starts[tp] > 0 and offset == starts[tp]]
+    recovered = recovered_log_starts(state_dir)
+    trimmed = [tp for tp, offset in found.items()
+               if starts[tp] > 0 and offset == starts[tp] and recovered.get(tp) != starts[tp]]
     if not trimmed:
         return
     firsts = first_position_keys(consumer, trimmed, message_position_key)

@@ -54,6 +54,9 @@ class TableProgress:
     not_synced: str | None = None
     #: how a table that appeared after the full load joined the stream: when, and from where
     joined: str | None = None
+    #: a position key before which every change of the table is applied: recovery replays from here
+    #: (lakesync.stream.consumed)
+    consumed_through: str | None = None
 
     def reloaded_by(self, load_position: str | None) -> bool:
         """Whether a full load at ``load_position`` came after this table stopped (so it may resume)."""

@@ -50,7 +50,8 @@ def check_topic_identity(checkpoint: Path, current: Mapping[str, str], *, pipeli
             f"the stream's checkpoint read topics that are gone or were recreated since: {', '.join(changed)} "
             "(the broker lost its data, or the topics were deleted); its offsets no longer point at the same "
             "changes",
-            hint=f"re-run the full load (`lakesync snapshot --pipeline {pipeline} --restart`), then start the "
-            f"stream from a new checkpoint (remove {checkpoint})",
+            hint=f"stop the relay and run `lakesync recover --pipeline {pipeline}`: it replays what the binlog still "
+            "has and re-loads only the tables it can't cover (or re-load everything: `lakesync snapshot --pipeline "
+            f"{pipeline} --restart`, then remove {checkpoint})",
         )
     write_json_atomically(path, {**current, **known}, sort_keys=True)
