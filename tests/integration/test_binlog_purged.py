@@ -13,17 +13,22 @@ from urllib.parse import quote
 
 import pytest
 import yaml
+from deltalake import DeltaTable
 from lakesync_devkit.demo.load import DemoWorkload, LoadReport
 from lakesync_devkit.dev.mariadb import MariaDBServer
 from lakesync_devkit.dev.processes import free_port
 from lakesync_devkit.dev.stack import MYSQL_CONN_ID
 
 from lakesync.core.errors import BinlogPurgedError
+from lakesync.core.positions import SourcePosition
 from lakesync.full_load.load import FullLoad
+from lakesync.full_load.state import LoadState
 from lakesync.monitoring.attention import attention
 from lakesync.monitoring.status import pipeline_status
+from lakesync.recovery.replay import Recovery
 from lakesync.relay.worker import Relay
 from lakesync.stream.app import run_stream
+from lakesync.stream.progress import StreamProgress
 from tests.faults.faultkit import FaultOutcome, FaultPipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -147,3 +152,47 @@ def test_a_purged_position_shows_in_status_and_both_recoveries_end_equal_to_the_
     assert stats.start_origin.startswith("the full load's position: the stored progress"), stats.start_origin
     run_stream(kit.pipeline, once=True, spark=spark)
     kit.verify(FaultOutcome("binlog_purged_one_command", "relay"))
+
+
+def test_recover_replays_the_tables_the_binlog_covers_and_reloads_only_the_one_it_does_not(
+        own_mariadb, stack, tmp_path, monkeypatch, spark):
+    """Kafka lost everything; the binlog still holds where the busy tables' marks are, not the load position
+    of a table that never changed (its topic never existed, so it has no mark): ``recover`` re-loads that one
+    alone and replays the rest, and Delta equals the source (the oracle)."""
+    database = "bank_recover"
+    uri = f"mysql://lakesync:{quote(PASSWORD)}@127.0.0.1:{own_mariadb.port}/{database}"
+    env = {**stack.connection_env(), f"AIRFLOW_CONN_{MYSQL_CONN_ID.upper()}": uri,
+           "LAKESYNC_STATE_DIR": str(tmp_path / "state-root")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    kit = FaultPipeline(tmp_path, own_mariadb, database, env, name="recovered")
+    kit.create_demo_data(transactions=300)
+    with own_mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE quiet_rates (code CHAR(3) PRIMARY KEY, rate DECIMAL(10,4) NOT NULL)")
+        cur.execute("INSERT INTO quiet_rates VALUES ('EUR', 1.0000), ('USD', 1.0842)")
+    FullLoad(kit.pipeline).run()
+    _admin(own_mariadb, "FLUSH BINARY LOGS")  # the load's position is in an older file than what follows
+    _write(own_mariadb, database, 10, seed=0)
+    _relay(kit)
+    run_stream(kit.pipeline, once=True, spark=spark)
+    marks = {name: p.consumed_through for name, p in StreamProgress.load(kit.pipeline.pipeline_state_dir).tables.items()}
+    assert marks.get("quiet_rates") is None and any(marks.values()), marks
+    mark_file = SourcePosition.from_key(max(m for m in marks.values() if m), file_stem="binlog").file
+    load_file = LoadState.for_pipeline_dir(kit.pipeline.pipeline_state_dir).position.file
+    _admin(own_mariadb, f"PURGE BINARY LOGS TO '{mark_file}'")
+    assert load_file not in {row[0] for row in _admin(own_mariadb, "SHOW BINARY LOGS")}
+
+    recovery = Recovery(kit.pipeline)
+    plan = recovery.plan()
+    assert plan.reloaded == ["quiet_rates"], [(t.table, t.why) for t in plan.tables]
+    busy = [t.table for t in plan.tables if not t.reload]
+    versions = {name: DeltaTable(kit.pipeline.delta.table_uri(name)).version() for name in busy}
+    recovery.run(plan)
+    assert {name: DeltaTable(kit.pipeline.delta.table_uri(name)).version() for name in busy} == versions
+
+    _write(own_mariadb, database, 10, seed=1)
+    with own_mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE quiet_rates SET rate = 1.0900 WHERE code = 'USD'")
+    _relay(kit)
+    run_stream(kit.pipeline, once=True, spark=spark)
+    kit.verify(FaultOutcome("recover_partial_reload", "relay"))
