@@ -195,8 +195,11 @@ def test_a_relay_whose_source_stays_down_gives_up_after_the_configured_time(lab,
     took = time.monotonic() - started
     error = capsys.readouterr().err
     assert code == 2, error
-    assert 4 <= took < 15, took  # with the last attempt when the time is up, not after the next backoff
-    assert re.search(r"error: the relay gave up after [45] s of failed attempts \(\d+\)", error), error
+    assert 4 <= took < 60, took  # it gives up by itself (time for the CLI's start on a busy machine)
+    # The relay's own clock: the last attempt comes when the 4 s are up (after attempts at 0, 1 and 3 s), so it
+    # says 4 s, or up to 6 s when that attempt is slow on a busy machine; waiting out the next backoff instead
+    # (4 s after the attempt at 3 s) would say 7 s or more.
+    assert re.search(r"error: the relay gave up after [456] s of failed attempts \(\d+\)", error), error
     assert "cannot connect to the source lakesync@127.0.0.1" in error and "Connection refused" in error
     assert "hint: bring the server (or the broker) back, then start the relay again" in error
     assert "Traceback" not in error

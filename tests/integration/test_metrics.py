@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -24,6 +25,7 @@ from lakesync.core.table_layout import POS
 from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import LoadState
 from lakesync.monitoring.history import read_history
+from lakesync.monitoring.metrics import STREAM_PORT_OFFSET
 from lakesync.relay import Relay, covered_range
 from lakesync.source.server_checks import current_position
 from lakesync.stream.app import run_stream
@@ -64,6 +66,19 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
+def _free_port_pair() -> int:
+    """A port for the relay's metrics whose neighbour at STREAM_PORT_OFFSET, the stream's, is free too."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port + STREAM_PORT_OFFSET))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two free neighbouring ports for the metrics endpoints")
+
+
 def _until(what: str, check, timeout: float = 120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,7 +95,7 @@ def test_metrics_scraped_during_a_real_stream_agree_with_delta_and_the_history_f
     with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, label VARCHAR(40) NOT NULL)")
         cur.executemany("INSERT INTO items VALUES (%s, %s)", [(i, f"item {i}") for i in range(1, 21)])
-    port = free_port()
+    port = _free_port_pair()
     pipeline = _pipeline(tmp_path, fresh_database, port)
     FullLoad(pipeline=pipeline).run()
     loaded_at = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["items"].position_key
@@ -112,8 +127,9 @@ def test_metrics_scraped_during_a_real_stream_agree_with_delta_and_the_history_f
         assert relay_figures['lakesync_relay_binlog_offset_bytes{pipeline="metered"}'] > 0
 
         stream_thread.start()
-        figures = _until("the stream to apply every change", lambda: not stream_error and (s := scrape(port + 1))
-                         .get(f"lakesync_stream_changes_applied_total{table}", 0) >= INSERTS + 1 and s)
+        figures = _until("the stream to apply every change", lambda: not stream_error and (
+            s := scrape(port + STREAM_PORT_OFFSET)).get(f"lakesync_stream_changes_applied_total{table}", 0)
+            >= INSERTS + 1 and s)
         assert not stream_error, stream_error
         history = _until("history rows written during the run", lambda: read_history(pipeline, since=EPOCH))
     finally:

@@ -4,6 +4,7 @@ and a second relay with the same transactional.id fences the first."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -80,5 +81,16 @@ def test_a_second_publisher_with_the_same_transactional_id_fences_the_first(brok
         older.send(data, b"2", b"still the older relay", [])
         older.commit((progress, b"relay", b"older"))
     assert "another relay took over" in fenced.value.message and same_id in fenced.value.message
-    assert [r.value() for r in read_records(broker.bootstrap, data)] == [b"from the newer relay"]
-    assert [r.value() for r in read_records(broker.bootstrap, progress)] == [b"newer"]
+    assert _committed_values(broker.bootstrap, data, [b"from the newer relay"]) == [b"from the newer relay"]
+    assert _committed_values(broker.bootstrap, progress, [b"newer"]) == [b"newer"]
+
+
+def _committed_values(bootstrap: str, topic: str, expected: list[bytes], *, timeout: float = 60.0) -> list[bytes]:
+    """What a read_committed reader sees on ``topic``, read again until it is ``expected`` or ``timeout`` passes.
+
+    ``commit`` returns once the transaction coordinator has decided; the commit markers that make the records
+    visible are written to the partitions just after, so a read right away may not see them yet."""
+    deadline = time.monotonic() + timeout
+    while (values := [r.value() for r in read_records(bootstrap, topic)]) != expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return values

@@ -19,9 +19,10 @@ import pytest
 import yaml
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
-from lakesync.core.config import load_pipeline
+from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.connections import mysql_connection
 from lakesync.events.envelope import ChangeEvent
+from lakesync.relay import covered_range
 from lakesync.source.binlog import BinlogSource
 from lakesync.source.server_checks import current_position
 from tests.kafkakit import read_records
@@ -40,6 +41,17 @@ def _relay_process(pipelines_dir: Path, env: dict[str, str], *extra: str) -> sub
          "--pipelines-dir", str(pipelines_dir), *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+
+
+def _wait_until_publishing(relay: subprocess.Popen[bytes], pipeline: Pipeline, past: str,
+                           timeout: float = 120) -> None:
+    """Until the relay has committed changes past position key ``past`` (where it starts): from then on, with the
+    writer busy, it has a Kafka transaction open nearly all the time (a kill during its start-up hits none)."""
+    deadline = time.monotonic() + timeout
+    while (covered := covered_range(pipeline)) is None or covered[1] <= past:
+        assert relay.poll() is None, relay.communicate()[0].decode()
+        assert time.monotonic() < deadline, f"the relay published nothing in {timeout} s"
+        time.sleep(0.2)
 
 
 def test_relay_killed_mid_transaction_restarts_and_publishes_each_change_exactly_once(stack, mariadb, broker, fresh_database, tmp_path):
@@ -83,8 +95,10 @@ def test_relay_killed_mid_transaction_restarts_and_publishes_each_change_exactly
     open_transaction_seen = False
     try:
         for _ in range(5):  # until a kill lands inside an open Kafka transaction (almost always the first)
+            stored = covered_range(pipeline)  # None before the first relay, which starts at the full load's position
             relay = _relay_process(pipelines_dir, env)
-            time.sleep(random.uniform(2.0, 4.0))
+            _wait_until_publishing(relay, pipeline, stored[1] if stored else start.key())
+            time.sleep(random.uniform(0.5, 2.0))
             assert relay.poll() is None, relay.communicate()[0].decode()
             relay.send_signal(signal.SIGKILL)
             relay.wait(10)

@@ -63,21 +63,28 @@ def test_the_demo_pipeline_and_the_relay_run_as_the_lakesync_user(stack, monkeyp
 
     lab = Lab(stack, monkeypatch, tmp_path, fresh_database)
     lab.root_sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    # the server's replication sessions are server-wide: those of earlier tests (other relays, a Debezium
+    # connector) may still be there, so the relay's own is the one that appears after it starts
+    earlier = set(_binlog_dumps(stack))
     relay = Relay(lab.pipeline(), heartbeat_seconds=0.3)
     runner = threading.Thread(target=relay.run, kwargs={"stop_when_idle_seconds": 30})
     runner.start()
     try:
-        dumps: list[str] = []
-        deadline = time.monotonic() + 20
-        while not dumps and time.monotonic() < deadline:
-            with stack.mariadb.connect() as conn, conn.cursor() as cur:
-                cur.execute("SELECT USER FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
-                dumps = [row[0] for row in cur.fetchall()]
+        deadline = time.monotonic() + 60
+        while not (ours := {session: user for session, user in _binlog_dumps(stack).items() if session not in earlier}):
+            assert runner.is_alive() and time.monotonic() < deadline, "the relay's binlog dump never started"
             time.sleep(0.2)
     finally:
         relay.stop()
         runner.join(30)
-    assert dumps and set(dumps) == {LAKESYNC_USER}, dumps
+    assert set(ours.values()) == {LAKESYNC_USER}, ours
+
+
+def _binlog_dumps(stack) -> dict[int, str]:
+    """The server's replication sessions: their id and the user they run as."""
+    with stack.mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT ID, USER FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+        return {int(session): user for session, user in cur.fetchall()}
 
 
 def test_a_table_named_like_an_injection_is_loaded_without_running_it(stack, monkeypatch, tmp_path, fresh_database):
