@@ -139,10 +139,11 @@ class Stream(_Strict):
         "while it loads); false: stop the table with the command that re-loads it (docs/schema_changes.md).",
     )
     join_new_tables: bool = Field(
-        default=False,
+        default=True,
         description="Stream a selected table that appears after the full load without a restart: one created "
         "in the change log from its CREATE TABLE on, one renamed in through its own load (docs/operations.md, "
-        "\"A table created after the load\"); false: status names it with the command that loads it.",
+        "\"A table created after the load\"); false: status names it with the command that loads it, and nothing "
+        "loads a table by itself.",
     )
 
 
