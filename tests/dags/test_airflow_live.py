@@ -34,6 +34,10 @@ from lakesync.stream.progress import StreamProgress, TableProgress
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DAG_ID = "lakesync_live_settlement"
+# Generous: on a loaded 2-core CI machine ``airflow standalone`` starts (migrations, four processes) in minutes,
+# and the scheduler's loops that queue, run and complete a backfill come slowly. Only a failure waits this long.
+STARTUP_SECONDS = 300
+SCHEDULER_SECONDS = 420
 
 
 def _scan(uri, columns: list[str] | None = None) -> pa.Table:
@@ -120,7 +124,8 @@ def live(stack, tmp_path_factory):
     process = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=runner.env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait("the API server", lambda: _healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health"), timeout=120)
+        _wait("the API server", lambda: _healthy(f"http://127.0.0.1:{port}/api/v2/monitor/health"),
+              timeout=STARTUP_SECONDS)
         print(f"airflow standalone up in {time.monotonic() - started:.1f}s")
         yield runner, port, delta_root / "transactions", root / "standalone.log"
     finally:
@@ -152,7 +157,7 @@ def _backfill(runner: AirflowRunner, *extra: str) -> None:
 
     # Airflow allows one running backfill per DAG and marks one complete in a later scheduler loop, which
     # under load comes well after its last run succeeded; until then a new backfill is refused.
-    _wait("the backfill to be accepted", created, timeout=240, every=3)
+    _wait("the backfill to be accepted", created, timeout=SCHEDULER_SECONDS, every=3)
 
 
 def _settled_intervals(table: Path) -> list[str]:
@@ -172,7 +177,7 @@ def test_backfill_of_three_days_lands_each_day_once_and_again_changes_nothing(li
             raise AssertionError(f"a backfill run failed: {runs}\n{log.read_text()[-3000:]}")
         return runs if sum(r["state"] == "success" for r in runs) >= 3 else None
 
-    three_done_runs = _wait("three successful backfill runs", three_done, timeout=240, every=3)
+    three_done_runs = _wait("three successful backfill runs", three_done, timeout=SCHEDULER_SECONDS, every=3)
     print(f"backfill of 3 days: {time.monotonic() - started:.1f}s")
     assert len(three_done_runs) == 3
     assert _settled_intervals(table) == ["2026-11-17", "2026-11-18", "2026-11-19"]
@@ -188,7 +193,7 @@ def test_backfill_of_three_days_lands_each_day_once_and_again_changes_nothing(li
                     and datetime.fromisoformat(r["end_date"]) > again]
         return len(finished) >= 3
 
-    _wait("the re-run backfill", rerun_done, timeout=240, every=3)
+    _wait("the re-run backfill", rerun_done, timeout=SCHEDULER_SECONDS, every=3)
     assert len(_settled_intervals(table)) == commits, "re-running the three days committed nothing"
 
 
@@ -206,7 +211,7 @@ def _chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProce
 def test_status_view_in_headless_chromium_shows_charts_the_stopped_table_and_its_recovery_command(
         live, tmp_path_factory):
     _, port, table, _ = live
-    _wait("a settled table", lambda: (table / "_delta_log").is_dir(), timeout=300, every=3)
+    _wait("a settled table", lambda: (table / "_delta_log").is_dir(), timeout=SCHEDULER_SECONDS, every=3)
     url = f"http://127.0.0.1:{port}/lakesync/status"
     profiles = tmp_path_factory.mktemp("chromium")
     out = Path(os.environ.get("LAKESYNC_TEST_OUTPUT") or repo_root() / ".lakesync" / "test-output") / "status_view"

@@ -54,8 +54,9 @@ def _fresh(seconds_behind: float, **extra) -> dict:
             "last_batch_id": 1, "last_batch_rows": 3, "last_batch_at_ms": now, **extra}
 
 
-def _relay_heard(airflow_pipelines: Path, stack, monkeypatch, seconds_ago: float) -> None:
-    """Store the relay's progress on the real broker as a relay that last showed life ``seconds_ago``."""
+def _relay_heard(airflow_pipelines: Path, stack, monkeypatch, seconds_ago: float) -> float:
+    """Store the relay's progress on the real broker as a relay that last showed life ``seconds_ago``;
+    returns that moment (epoch seconds)."""
     for name, value in stack.connection_env().items():
         monkeypatch.setenv(name, value)
     pipeline = load_pipeline("health", airflow_pipelines)
@@ -64,7 +65,9 @@ def _relay_heard(airflow_pipelines: Path, stack, monkeypatch, seconds_ago: float
     store.ensure_topic(TopicManager(client))
     with stack.mariadb.connect() as conn:  # a position the server still has: only the silence is wrong
         position = current_position(conn)
-    store.save(RelayProgress(position, position, int((time.time() - seconds_ago) * 1000)), Publisher(client))
+    heard_ms = int((time.time() - seconds_ago) * 1000)
+    store.save(RelayProgress(position, position, heard_ms), Publisher(client))
+    return heard_ms / 1000
 
 
 def test_health_check_passes_on_quiet_tables_and_fails_on_a_stopped_table_or_a_silent_relay(
@@ -76,9 +79,13 @@ def test_health_check_passes_on_quiet_tables_and_fails_on_a_stopped_table_or_a_s
     assert healthy["tasks"] == {"check_health": "success"}, (tmp_path / "healthy.log").read_text()[-3000:]
 
     _progress(state, a=_fresh(1, stopped_reason=STOP), b=_fresh(600))
-    _relay_heard(tmp_path / "pipelines", stack, monkeypatch, seconds_ago=600)
+    heard_at = _relay_heard(tmp_path / "pipelines", stack, monkeypatch, seconds_ago=600)
     (alerting,) = runner.dag_test(DAG_ID, "2026-11-20T00:05:00+00:00", log_file=tmp_path / "alerting.log")
     assert alerting["tasks"] == {"check_health": "failed"}
     log = (tmp_path / "alerting.log").read_text()
     assert "lakesync snapshot --pipeline health --tables a" in log
-    assert re.search(r"relay silent for 6\d\d s .* past lag_alert_seconds", log)
+    silence = re.search(r"relay silent for ([\d,]+) s .* past lag_alert_seconds", log)
+    assert silence, log[-3000:]
+    # counted from the stored heartbeat: at least the 600 s it was old, at most its age now (however long the
+    # DAG run took to start on a loaded machine)
+    assert 600 <= int(silence.group(1).replace(",", "")) <= time.time() - heard_at + 1

@@ -31,13 +31,15 @@ def _decimal(encoded: str, scale: int) -> str:
     return f"{unscaled / 10**scale:.{scale}f}"
 
 
-def _changes(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[Any]:
-    """The topic's records once it holds ``expected`` of them (Debezium writes asynchronously)."""
+def _changes(bootstrap: str, topic: str, expected: int, timeout: float = 120.0) -> list[Any]:
+    """The topic's records once it holds ``expected`` of them (Debezium writes asynchronously, and slowly on a
+    loaded machine); fails saying how many came if they never all do."""
     deadline = time.monotonic() + timeout
     while True:
         records = read_records(bootstrap, topic, isolation="read_uncommitted") if _has_topic(bootstrap, topic) else []
-        if len(records) >= expected or time.monotonic() > deadline:
+        if len(records) >= expected:
             return records
+        assert time.monotonic() < deadline, f"{topic}: {len(records)} of {expected} records after {timeout:.0f} s"
         time.sleep(0.5)
 
 

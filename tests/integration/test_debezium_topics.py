@@ -83,7 +83,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None
     producer = Producer({"bootstrap.servers": bootstrap})
     for key, value in records:
         producer.produce(topic, key=key, value=value)  # no headers: Debezium writes none
-    assert producer.flush(10) == 0
+    assert producer.flush(60) == 0, f"{topic}: the broker did not acknowledge every record"  # may create the topic
 
 
 @pytest.fixture

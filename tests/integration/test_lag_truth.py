@@ -9,6 +9,7 @@ source alerts once its heartbeats have stopped for longer than the threshold.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
@@ -39,6 +40,7 @@ from tests.oracle import assert_tables_match
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ALERT_AFTER = 6.0  # stream.lag_alert_seconds: small, so each test waits past it in seconds
+CLOCK_SLACK = 0.01  # the status's clock is in whole milliseconds
 NAME = "truelag"
 
 
@@ -74,6 +76,33 @@ def _until(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
             return result
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One judgement: the status's own clock (``generated_at``: the "now" its lag and silence are measured
+    against, taken as the call starts, so a call slowed by load does not shift it), the status and its items."""
+
+    at: float
+    status: dict[str, Any]
+    items: list[Attention]
+
+
+def _polls_until(env: Running, what: str, alerting: Callable[[list[Attention]], bool],
+                 timeout: float = 120) -> tuple[list[Poll], Poll]:
+    """Judge the pipeline until ``alerting`` holds for its items: the polls before (none of them alerting) and
+    the one that alerted. The bounds on when the alert came are then checked on each poll's own clock."""
+    deadline = time.monotonic() + timeout
+    quiet: list[Poll] = []
+    while True:
+        status, items = env.judged()
+        poll = Poll(dt.datetime.fromisoformat(status["generated_at"]).timestamp(), status, items)
+        if alerting(items):
+            return quiet, poll
+        quiet.append(poll)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}; last status: {status}")
+        time.sleep(0.3)
 
 
 def _table(status: dict[str, Any]) -> dict[str, Any]:
@@ -173,16 +202,17 @@ def test_an_idle_caught_up_pipeline_shows_no_lag_past_the_threshold_and_its_heal
 def test_a_stuck_stream_alerts_within_the_threshold_with_the_count_of_pending_changes(running, spark):
     committed_at, target = running.write([f"INSERT INTO items VALUES ({i}, 'new {i}')" for i in range(11, 16)]
                                          + ["UPDATE items SET label = 'again' WHERE id = 2"])
+    written_at = time.time()  # the oldest change committed between committed_at and now
     running.relayed(target)  # the relay published; the stream is not run
     status, _ = running.judged()
     assert _table(status)["pending"] >= 6, "six changes (and their transactions' commit markers) not applied"
 
-    def alerted() -> tuple[float, dict[str, Any], list[Attention]] | None:
-        status, items = running.judged()
-        return (time.time(), status, items) if any(i.table == "items" for i in items) else None
-
-    alerted_at, status, items = _until("the lag alert", alerted)
-    assert alerted_at - committed_at <= ALERT_AFTER + 5, "the alert comes once the oldest change passes the threshold"
+    quiet, alert = _polls_until(running, "the lag alert", lambda items: any(i.table == "items" for i in items))
+    # binlog times are whole seconds: the oldest change's recorded commit time is up to 1 s before its commit
+    late = [poll.status for poll in quiet if poll.at > written_at + ALERT_AFTER + CLOCK_SLACK]
+    assert not late, f"no alert though the oldest change was older than the threshold: {late}"
+    assert alert.at > committed_at + ALERT_AFTER - 1 - CLOCK_SLACK, "no alert before the threshold"
+    status, items = alert.status, alert.items
     (item,) = items
     assert item.level == "alert" and "lag" in item.message
     assert f"{_table(status)['pending']} offsets not applied" in item.message
@@ -197,16 +227,14 @@ def test_a_stuck_stream_alerts_within_the_threshold_with_the_count_of_pending_ch
 def test_a_dead_relay_on_an_idle_source_alerts_once_its_heartbeats_stop_past_the_threshold(running):
     running.relay.stop()
     running.relay_thread.join(30)
+    assert not running.relay_thread.is_alive()
     stopped_at = time.time()
     status, items = running.judged()
     assert items == [], "just stopped: not silent for long yet"
 
-    def alerted() -> tuple[float, dict[str, Any], list[Attention]] | None:
-        status, items = running.judged()
-        return (time.time(), status, items) if items else None
-
-    alerted_at, status, items = _until("the relay silence alert", alerted)
-    assert ALERT_AFTER <= alerted_at - stopped_at + 1 <= ALERT_AFTER + 6
+    quiet, alert = _polls_until(running, "the relay silence alert", bool)
+    _assert_silence_alert_in_time(quiet, alert, silent_since=stopped_at)
+    status, items = alert.status, alert.items
     (item,) = items
     assert item.table is None and "relay silent" in item.message and item.command == f"lakesync relay --pipeline {NAME}"
     assert (_table(status)["lag_seconds"], _table(status)["pending"]) == (0.0, 0), "nothing pending in Kafka"
@@ -215,14 +243,23 @@ def test_a_dead_relay_on_an_idle_source_alerts_once_its_heartbeats_stop_past_the
 def test_a_dead_relay_while_the_source_changes_alerts_within_the_threshold_though_kafka_holds_nothing_new(running):
     running.relay.stop()
     running.relay_thread.join(30)
+    assert not running.relay_thread.is_alive()
     committed_at, _ = running.write(["INSERT INTO items VALUES (50, 'never relayed')"])
 
-    def alerted() -> tuple[float, dict[str, Any], list[Attention]] | None:
-        status, items = running.judged()
-        return (time.time(), status, items) if items else None
-
-    alerted_at, status, items = _until("the relay silence alert", alerted)
-    assert alerted_at - committed_at <= ALERT_AFTER + 5
+    quiet, alert = _polls_until(running, "the relay silence alert", bool)
+    _assert_silence_alert_in_time(quiet, alert, silent_since=committed_at)  # the relay was dead before the change
+    status, items = alert.status, alert.items
     (item,) = items
     assert "relay silent" in item.message
     assert _table(status)["pending"] == 0, "the change never reached Kafka: only the relay's silence tells"
+
+
+def _assert_silence_alert_in_time(quiet: list[Poll], alert: Poll, *, silent_since: float) -> None:
+    """The relay silence alert came within the threshold of ``silent_since`` (the relay was dead by then):
+    every poll judged later than the threshold after it alerted; and not before the threshold, on the status's
+    own figures: the relay's last sign of life is before ``silent_since`` and older than the threshold."""
+    late = [poll.status for poll in quiet if poll.at > silent_since + ALERT_AFTER + CLOCK_SLACK]
+    assert not late, f"no alert though the relay was silent for longer than the threshold: {late}"
+    silent = alert.status["relay"]["silent_seconds"]
+    assert silent > ALERT_AFTER, alert.status
+    assert alert.at - silent <= silent_since + CLOCK_SLACK, "the silence counts from the relay's last sign of life"

@@ -102,7 +102,9 @@ class Background(threading.Thread):
             raise self.error
 
 
-def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeout: float = 60) -> None:
+def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeout: float = 180) -> None:
+    """Until the relay's coverage reaches ``target_key`` (generous: under a concurrent load on a loaded CI
+    machine the relay publishes slowly); fails at once if the relay died."""
     deadline = time.monotonic() + timeout
     while (covered := covered_range(pipeline)) is None or covered[1] < target_key:
         assert relay.is_alive(), f"the relay died: {relay.error!r}"

@@ -20,6 +20,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,15 @@ from lakesync.full_load.state import LoadState
 from lakesync.monitoring.attention import attention, table_state
 from lakesync.monitoring.status import pipeline_status
 from lakesync.relay import Relay
-from lakesync.stream.app import run_stream
+from lakesync.stream.app import StreamRunSummary, run_stream
 from lakesync.stream.progress import StreamProgress
 from tests.oracle import assert_tables_match
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+#: how long the continuous part waits for each step (the join, the restarted query's first batch); only a
+#: failure waits this long
+JOIN_WAIT_SECONDS = 240
 
 CREATE = "CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, amount DECIMAL(10,2) NULL)"
 
@@ -51,7 +56,7 @@ def _pipeline(folder: Path, database: str, *, join: bool) -> Pipeline:
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"nt{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
-        "stream": {"join_new_tables": join},
+        "stream": {"join_new_tables": join, "trigger_seconds": 1},
     }))
     return load_pipeline("newtables", folder)
 
@@ -136,18 +141,31 @@ def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_run
     relay = Relay(pipeline, heartbeat_seconds=0.3)
     relay_thread = threading.Thread(target=relay.run, name="relay", daemon=True)
     relay_thread.start()
-    writer = threading.Thread(target=_write_while_streaming, args=(mariadb, database, pipeline), daemon=True)
-    writer.start()
+    outcome: dict[str, Any] = {}
+    writer = threading.Thread(target=_write_while_streaming, args=(mariadb, database, pipeline, outcome),
+                              daemon=True)
+    stream = threading.Thread(target=_stream_continuously, args=(pipeline, spark, outcome), daemon=True)
     try:
-        summary = run_stream(pipeline, once=False, spark=spark, timeout_seconds=25)
+        stream.start()
+        writer.start()
+        writer.join(JOIN_WAIT_SECONDS + 60)
+        assert outcome.get("written"), f"the writer did not finish: {outcome.get('writer error')!r}"
+        _until("the restarted query to apply the joined table's changes",
+               lambda: _ended(outcome) or _applied_rows(pipeline, "later") > 0)
     finally:
+        for query in spark.streams.active:  # how a continuous stream ends here: its query stopped from outside
+            query.stop()
+        stream.join(120)
         writer.join(60)
         relay.stop()
         relay_thread.join(60)
+    assert not stream.is_alive(), "the continuous stream did not return after its query was stopped"
+    summary = outcome.get("stream")
+    assert isinstance(summary, StreamRunSummary), f"the continuous stream failed: {outcome.get('stream error')!r}"
     assert summary.tables.get("later"), summary  # read by the query the stream restarted for it
     assert LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["later"].mode == "binlog"
     _relay(pipeline)
-    run_stream(pipeline, once=True, spark=spark)  # whatever the time-out cut short
+    run_stream(pipeline, once=True, spark=spark)  # whatever the stopped query had not read yet
     uris["later"] = pipeline.delta.table_uri("later")
     with mariadb.connect(database=database) as conn:
         assert_tables_match(conn, database, uris)
@@ -155,19 +173,52 @@ def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_run
     assert {table_state(entry) for entry in status["tables"]} == {"streaming"}
 
 
-def _write_while_streaming(mariadb: Any, database: str, pipeline: Pipeline) -> None:
-    """Create a table while the continuous stream runs, then keep writing to it and to the others through
-    the query's restart."""
-    _sql(mariadb, database, CREATE.format(t="later"), "INSERT INTO later VALUES (1, 'x', 1.25), (2, 'y', NULL)")
-    deadline = time.monotonic() + 25
-    while not (Path(pipeline.delta.table_uri("later")) / "_delta_log").is_dir() and time.monotonic() < deadline:
+def _stream_continuously(pipeline: Pipeline, spark: Any, outcome: dict[str, Any]) -> None:
+    """The continuous stream, in its own thread until its query is stopped; its summary, or what it raised,
+    in ``outcome`` (the time-out is only a backstop: the test stops the query once it has seen the join)."""
+    try:
+        outcome["stream"] = run_stream(pipeline, once=False, spark=spark, timeout_seconds=2 * JOIN_WAIT_SECONDS)
+    except BaseException as exc:  # reported by the test's assertions
+        outcome["stream error"] = exc
+
+
+def _write_while_streaming(mariadb: Any, database: str, pipeline: Pipeline, outcome: dict[str, Any]) -> None:
+    """Create a table while the continuous stream runs; once the stream has joined it (its Delta table
+    exists), keep writing to it and to the others through the query's restart."""
+    try:
+        _sql(mariadb, database, CREATE.format(t="later"),
+             "INSERT INTO later VALUES (1, 'x', 1.25), (2, 'y', NULL)")
+        _until("the stream to join the new table",
+               lambda: _ended(outcome) or (Path(pipeline.delta.table_uri("later")) / "_delta_log").is_dir())
+        for i in range(3, 23):
+            _sql(mariadb, database, f"INSERT INTO later VALUES ({i}, 'v{i}', {i}.00)",
+                 f"INSERT INTO fresh VALUES ({i + 100}, 'f{i}', NULL)", f"UPDATE base SET v = 'c{i}' WHERE id = 1")
+            time.sleep(0.1)
+        _sql(mariadb, database, "DELETE FROM later WHERE id = 2", "DELETE FROM again WHERE id = 1",
+             "UPDATE orders SET amount = 7.00 WHERE id = 3", "DELETE FROM legacy_accounts WHERE id = 1")
+        outcome["written"] = True
+    except BaseException as exc:  # reported by the test's assertions
+        outcome["writer error"] = exc
+
+
+def _ended(outcome: dict[str, Any]) -> bool:
+    """Whether the continuous stream has returned or failed (nothing more to wait for)."""
+    return "stream" in outcome or "stream error" in outcome
+
+
+def _applied_rows(pipeline: Pipeline, table: str) -> int:
+    progress = StreamProgress.load(pipeline.pipeline_state_dir).tables.get(table)
+    return progress.rows_total if progress else 0
+
+
+def _until(what: str, condition: Callable[[], Any], timeout: float = JOIN_WAIT_SECONDS) -> None:
+    """Wait for ``condition`` (a loaded CI machine may take minutes to start and restart a query); fail
+    saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.2)
-    for i in range(3, 23):
-        _sql(mariadb, database, f"INSERT INTO later VALUES ({i}, 'v{i}', {i}.00)",
-             f"INSERT INTO fresh VALUES ({i + 100}, 'f{i}', NULL)", f"UPDATE base SET v = 'c{i}' WHERE id = 1")
-        time.sleep(0.1)
-    _sql(mariadb, database, "DELETE FROM later WHERE id = 2", "DELETE FROM again WHERE id = 1",
-         "UPDATE orders SET amount = 7.00 WHERE id = 3", "DELETE FROM legacy_accounts WHERE id = 1")
 
 
 def test_with_joining_off_status_names_the_new_table_and_the_command(stack, mariadb, fresh_database, spark,

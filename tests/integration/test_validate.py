@@ -158,19 +158,35 @@ def test_change_not_yet_streamed_is_not_a_mismatch_once_the_stream_catches_up(pi
     with mariadb.connect() as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE {q(pipeline.source.database)}.{q(LEDGER)} SET {q(NAME)} = 'renamed' WHERE {q(ID)} = 3")
 
+    waiting, finished = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def said(table: str, what: str) -> None:  # validate's progress line: round 1 found the difference
+        if "waiting for the stream" in what:
+            waiting.set()
+
     def stream_catches_up() -> None:
-        time.sleep(1.5)
-        position = load_delta(pipeline, mariadb, LEDGER)
-        progress = StreamProgress.load(pipeline.pipeline_state_dir)
-        progress.record(LEDGER, batch_id=1, rows=1, position=position, source_ts_ms=int(time.time() * 1000))
-        progress.save(pipeline.pipeline_state_dir)
+        """Apply the change to Delta only once validate waits for the stream (after its first round)."""
+        waiting.wait(300)
+        if finished.is_set():
+            return  # validate never waited: the assertions below say so
+        try:
+            position = load_delta(pipeline, mariadb, LEDGER)
+            progress = StreamProgress.load(pipeline.pipeline_state_dir)
+            progress.record(LEDGER, batch_id=1, rows=1, position=position, source_ts_ms=int(time.time() * 1000))
+            progress.save(pipeline.pipeline_state_dir)
+        except BaseException as exc:  # reported by the test's assertions
+            failed.append(exc)
 
     stream = threading.Thread(target=stream_catches_up)
     stream.start()
     try:
-        report = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=20, rounds=3)
+        report = validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=60, rounds=3, progress=said)
     finally:
+        finished.set()
+        waiting.set()
         stream.join()
+    assert not failed, failed
     (result,) = report.tables
     # Equal only after the thread wrote Delta: it waited for the stream; and the wait ended because the
     # stream reached the snapshot position, not because the settle timeout ran out.
@@ -345,7 +361,7 @@ def test_busy_source_with_a_lagging_stream_is_not_reported_as_a_mismatch(pipelin
         thread.start()
     try:
         time.sleep(1.0)
-        results = [validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=10).tables[0]
+        results = [validate_pipeline(pipeline, tables=[LEDGER], settle_timeout_s=30).tables[0]
                    for _ in range(2)]
     finally:
         stop.set()
