@@ -208,23 +208,32 @@ class Relay:
             return loaded, f"the full load's position ({self.pipeline.pipeline_state_dir / STATE_FILE_NAME})"
         return current_position(conn), "the server's current position (no progress, no full load yet)"
 
-    def _reload_after_purge(self, purged: SourcePosition) -> tuple[SourcePosition, str]:
+    def _reload_after_purge(self, conn: Any, purged: SourcePosition) -> tuple[SourcePosition, str]:
         """``recovery.when_purged: reload``: the changes after ``purged`` are gone from the source, so re-load
-        every table (what ``lakesync snapshot --restart`` does) and start from the load's position. Nothing is
-        published meanwhile, so Kafka holds no change newer than the load for the stream to merge."""
+        the tables that need them, as Debezium's ``when_needed`` does: each selected table whose load position
+        is purged too (every table loaded before the relay's progress). A table loaded since (after a DDL, by
+        hand) keeps its Delta table: the relay starts at or before its position. Then the relay starts from
+        the smallest load position. Nothing is published meanwhile, so Kafka holds no change newer than a
+        re-load for the stream to merge."""
         from lakesync.full_load.load import FullLoad  # the loader's Delta writer only when needed
 
-        log.warning("relay %s: the binlog at %s is no longer on the source; re-loading every table "
-                    "(recovery.when_purged: reload)", self.store.relay, purged.token())
-        FullLoad(self.pipeline, restart=True).run()
-        loaded = _load_position(self.pipeline, finished=True)
-        if loaded is None:  # a load of no table records no position
+        state = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
+        loaded = [name for name, entry in sorted(state.tables.items())
+                  if entry.status == "done" and entry.position and self.pipeline.tables.selects(name)]
+        gone = [name for name in loaded
+                if _not_on_server(conn, SourcePosition.from_json(state.tables[name].position or {}))]
+        what = f"{len(gone)} of {len(loaded)} tables, those loaded before it" if gone else "every table"
+        log.warning("relay %s: the binlog at %s is no longer on the source; re-loading %s (recovery.when_purged: "
+                    "reload)", self.store.relay, purged.token(), what)
+        FullLoad(self.pipeline, tables=gone or None, restart=True).run()
+        start = _load_position(self.pipeline, finished=True)
+        if start is None:  # a load of no table records no position
             command = f"lakesync snapshot --pipeline {self.pipeline.name} --restart"
             raise BinlogPurgedError(f"binlog purged: {purged.token()} is no longer on the server, and the re-load "
                                     "recorded no position (no table selected?)",
                                     hint=f"check tables.include, then run `{command}`")
-        log.warning("relay %s: re-load done; starting at its position %s", self.store.relay, loaded.token())
-        return loaded, f"a re-load of every table (recovery.when_purged: reload; {purged.token()} was purged)"
+        log.warning("relay %s: re-load done; starting at %s", self.store.relay, start.token())
+        return start, f"a re-load of {what} (recovery.when_purged: reload; {purged.token()} was purged)"
 
     # -- DDL ------------------------------------------------------------------------------------------
     def _selected(self, table: str) -> bool:
@@ -320,7 +329,7 @@ class Relay:
             start, origin = self._start_position(conn, from_position, stored)
             if from_position is None and self.pipeline.recovery.when_purged == "reload" \
                     and _not_on_server(conn, start):
-                start, origin = self._reload_after_purge(start)
+                start, origin = self._reload_after_purge(conn, start)
             check_position_available(conn, start)
             covered_from = start
             if stored is not None and start <= stored.position:
