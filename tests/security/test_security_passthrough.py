@@ -92,7 +92,7 @@ def test_kafka_tls_and_sasl_reach_the_producer_and_the_progress_store(pipeline, 
     monkeypatch.setattr(publisher, "Producer", lambda conf: built.append(conf))
     publisher.Publisher(config)
     assert {key: built[0][key] for key in KAFKA_SECURITY} == KAFKA_SECURITY
-    assert ProgressStore.for_pipeline(pipeline)._client_config["sasl.password"] == "kafka-S3cret"
+    assert ProgressStore.for_pipeline(pipeline).client_config["sasl.password"] == "kafka-S3cret"
 
 
 def test_kafka_tls_and_sasl_reach_the_spark_source_and_stay_out_of_its_repr(pipeline):

@@ -4,7 +4,7 @@ consumed-through marks the stream keeps from the relay's progress and the offset
 from __future__ import annotations
 
 from lakesync.recovery.plan import TableFacts, plan_recovery, plan_table
-from lakesync.stream.consumed import Candidate, passed, promote
+from lakesync.stream.consumed import Candidate, kept, passed, promote
 
 LOAD, MARK, APPLIED, LATER = "00000001.000000001000.000000", "00000003.000000000500.000000", \
     "00000003.000000000400.000002", "00000004.000000000100.000000"
@@ -61,5 +61,27 @@ def test_a_candidate_is_passed_when_every_partition_of_the_topic_is_applied_up_t
 
 def test_each_table_gets_the_newest_candidate_its_offsets_passed():
     older, newer = Candidate(MARK, {("t", 0): 5, ("u", 0): 3}), Candidate(LATER, {("t", 0): 9, ("u", 0): 3})
-    marks = promote([older, newer], {("t", 0): 6, ("u", 0): 3}, {"t": "t", "u": "u"})
+    marks = promote([older, newer], {("t", 0): 6, ("u", 0): 3}, {"t": "t", "u": "u"}, "schema")
     assert marks == {"t": MARK, "u": LATER}, "u is quiet: the newer progress covers it; t has passed only the older"
+
+
+def test_a_schema_change_not_applied_yet_holds_every_mark_back():
+    """Recovery skips a table's DDL at or before its mark: a TRUNCATE of a quiet table still unread on the
+    schema topic must keep the quiet table's mark before it."""
+    candidate = Candidate(LATER, {("t", 0): 4, ("schema", 0): 2})
+    assert promote([candidate], {("t", 0): 4, ("schema", 0): 1}, {"t": "t"}, "schema") == {}
+    assert promote([candidate], {("t", 0): 4, ("schema", 0): 2}, {"t": "t"}, "schema") == {"t": LATER}
+    no_ddl_yet = Candidate(LATER, {("t", 0): 4})
+    assert promote([no_ddl_yet], {("t", 0): 4}, {"t": "t"}, "schema") == {"t": LATER}, "no schema topic: no DDL"
+
+
+def test_a_lagging_stream_keeps_the_oldest_candidate_it_will_pass_first():
+    candidates = [Candidate(f"{i:05d}", {("t", 0): i}) for i in range(20)]
+    trimmed = kept(candidates, limit=8)
+    assert len(trimmed) == 8 and trimmed[0] is candidates[0] and trimmed[-1] is candidates[-1]
+
+
+def test_a_table_the_stream_stopped_or_whose_load_had_not_finished_is_reloaded():
+    stopped = plan_table("s", TableFacts(LOAD, MARK, None, append_log=False, reload_because="the stream stopped it"),
+                         partitions=1, available=_everything_available)
+    assert stopped.reload and stopped.why == "the stream stopped it"

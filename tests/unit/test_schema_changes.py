@@ -130,7 +130,11 @@ def test_a_table_replaced_by_a_swap_stops_with_the_command_and_a_dropped_one_say
 
 @pytest.mark.parametrize(("name", "selected"), [("_orders_gho", False), ("_orders_ghc", False), ("_orders_del", False),
                                                 ("_orders_new", False), ("_orders_old", False), ("orders_new", True),
-                                                ("orders", True)])
+                                                ("orders", True), ("__osc_new_orders", False),
+                                                ("__osc_old_orders", False), ("lhmn_orders", False),
+                                                ("lhma_2026_11_26_10_00_00_000_orders", False),
+                                                ("_vt_HOLD_6ace8bcef73211ea87e9f875a4d24e90_20200915120410", False),
+                                                ("lhm_notes", True)])
 def test_online_schema_change_shadow_tables_are_never_selected(name, selected):
     from lakesync.core.config import Tables
 

@@ -52,8 +52,10 @@ class TableSettings(_Strict):
     chunk_rows: int | None = Field(default=None, gt=0)
 
 
-#: Names gh-ost and pt-online-schema-change give their shadow, changelog and old copies of table ``t``.
-ONLINE_SCHEMA_CHANGE_SHADOW = re.compile(r"^_.+_(gho|ghc|del|new|old)$")
+#: Names online schema change tools give their shadow, changelog and old copies of table ``t``: gh-ost and
+#: pt-online-schema-change (``_t_gho``, ``_t_new``, ...), Facebook's OSC (``__osc_new_t``), LHM (``lhmn_t``,
+#: ``lhma_<time>_t``) and Vitess (``_vt_...``). Never selected, so new-table joins never load them.
+ONLINE_SCHEMA_CHANGE_SHADOW = re.compile(r"^(_.+_(gho|ghc|del|new|old)|__osc_.+|lhm[na]_.+|_vt_.+)$")
 
 
 class Tables(_Strict):
@@ -63,8 +65,8 @@ class Tables(_Strict):
 
     def selects(self, table: str) -> bool:
         """Include/exclude by name or shell pattern (``audit_*``); exclude wins. The shadow tables of online
-        schema change tools (gh-ost's ``_t_gho``/``_t_ghc``/``_t_del``, pt-online-schema-change's
-        ``_t_new``/``_t_old``) are never selected: their rows reach ``t`` by its own events or its re-load."""
+        schema change tools (:data:`ONLINE_SCHEMA_CHANGE_SHADOW`) are never selected: their rows reach ``t``
+        by its own events or its re-load."""
         if ONLINE_SCHEMA_CHANGE_SHADOW.match(table):
             return False
         included = any(fnmatch.fnmatchcase(table, pattern) for pattern in self.include)

@@ -162,6 +162,23 @@ def read_to_end(consumer: Consumer, partitions: Iterable[TP], on_message: Callab
     _read_until(consumer, earliest_offsets(consumer, tps, timeout=timeout), each, timeout=timeout)
 
 
+def read_tail(consumer: Consumer, partitions: Iterable[TP], count: int, on_message: Callable[[Message], None], *,
+              timeout: float = 10.0) -> None:
+    """:func:`read_to_end` of the last ``count`` offsets of each partition only (fewer records where some of
+    those offsets are transaction markers)."""
+    tps = list(partitions)
+    if not tps:
+        return
+    firsts, ends = earliest_offsets(consumer, tps, timeout=timeout), end_offsets(consumer, tps, timeout=timeout)
+
+    def each(msg: Message) -> bool:
+        if msg.error() is None:
+            on_message(msg)
+        return False
+
+    _read_until(consumer, {tp: max(firsts[tp], ends[tp] - count) for tp in tps}, each, timeout=timeout)
+
+
 def end_offsets(consumer: Consumer, partitions: Iterable[TP], *, timeout: float = 10.0) -> dict[TP, int]:
     """The end of each partition's log as a ``read_committed`` reader sees it (the last stable offset): the
     offset after the last record of a committed transaction, or of a non-transactional record."""

@@ -112,11 +112,13 @@ def _time_bound(pipeline: Pipeline, position: SourcePosition) -> int | None:
 
 
 def _fed_by_another_producer(pipeline: Pipeline, load_position: SourcePosition) -> bool:
-    """The relay never stored progress, yet the stream applied changes newer than the load: the topics are
-    written by another producer (Debezium's topics), which keeps its own binlog position. Watching the load's
-    position would call it purged once it ages out, though nothing needs it."""
-    return any(progress.applied_position and progress.applied_position > load_position.key()
-               for progress in StreamProgress.load(pipeline.pipeline_state_dir).tables.values())
+    """The relay never stored progress, yet the stream applied changes newer than the load, and no table has a
+    consumed-through mark (which only the relay's progress gives; a relay whose broker lost its data has them):
+    the topics are written by another producer (Debezium's topics), which keeps its own binlog position.
+    Watching the load's position would call it purged once it ages out, though nothing needs it."""
+    tables = StreamProgress.load(pipeline.pipeline_state_dir).tables.values()
+    return not any(progress.consumed_through for progress in tables) and any(
+        progress.applied_position and progress.applied_position > load_position.key() for progress in tables)
 
 
 def needed_positions(pipeline: Pipeline, relay_position: SourcePosition | None) -> list[NeededPosition]:

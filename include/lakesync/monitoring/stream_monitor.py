@@ -41,8 +41,10 @@ class StreamMonitor:
         if serve:
             self.url = self.metrics.serve(self.pipeline.monitoring.metrics_address, port_offset=STREAM_PORT_OFFSET)
 
-    def batch(self, batch_id: int, progress: StreamProgress, seconds: float) -> None:
-        lags = self.lags(batch_id, list(progress.tables))
+    def batch(self, batch_id: int, progress: StreamProgress, seconds: float, tables: list[str]) -> None:
+        """After batch ``batch_id``: metrics and history, with the lag of ``tables`` (the query's: a table it does
+        not read has no offsets in its checkpoint, and measuring it would scan its topic up to its handoff)."""
+        lags = self.lags(batch_id, tables)
         self.metrics.stream_batch(batch_id, progress, seconds, lags)
         self.history.batch(batch_id, progress, lags)
 

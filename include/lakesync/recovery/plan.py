@@ -7,7 +7,9 @@ load position serves only while the table has applied nothing newer (a replay fr
 a keyed table; the question is whether the binlog still has it). An ``append_log`` table has no position rule:
 the stream drops what its handoff holds, so its handoff becomes its newest applied position, which says what
 Delta holds only when the topic has one partition (one order); over several partitions it is re-loaded. A
-start the server's binlog no longer has means a re-load of that table alone.
+start the server's binlog no longer has means a re-load of that table alone, as does a table the stream stopped
+(its re-load is its recovery anyway, and its old handoff would hold the new stream's coverage check back) and
+one whose load had not finished (a recovery that stopped in its re-loads, run again).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class TableFacts:
     consumed_through: str | None
     applied: str | None
     append_log: bool
+    #: why the table is re-loaded whatever the binlog holds (stopped by the stream, its load not finished)
+    reload_because: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class RecoveryPlan:
 
 
 def plan_table(name: str, facts: TableFacts, *, partitions: int, available: Callable[[str], bool]) -> TableRecovery:
+    if facts.reload_because is not None:
+        return TableRecovery(name, None, None, facts.reload_because)
     if facts.append_log and partitions > 1:
         return TableRecovery(name, None, None, f"append_log over {partitions} partitions: what Delta holds is not "
                                                "one prefix of the change log, so a replay could append twice")

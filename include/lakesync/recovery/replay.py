@@ -3,17 +3,22 @@
 The steps, in an order that makes the command safe to run again when it stopped half-way (the plan is made
 from the same state each time):
 
-1. **Plan** (:mod:`lakesync.recovery.plan`): per loaded table, its replay start, or a re-load, with why.
-2. **Refuse while the relay runs**: its heartbeats are fresh. A recovery under a live relay would race it.
+1. **Plan** (:mod:`lakesync.recovery.plan`): per selected table on the source, its replay start, or a re-load,
+   with why. Refused without the relay's progress and without marks (Debezium's topics).
+2. **Refuse while the relay runs**: fresh heartbeats; without Kafka transactions, anything but a recorded clean
+   stop (nothing could fence it).
 3. **Re-load** the tables the binlog can't cover (each its own full load, as after a DDL).
 4. **Hand each replayed table off** at its replay start (``full_load.json``): the stream starts there.
-5. **Fence the relay and empty the topics**: a producer with the relay's ``transactional.id`` fences any relay
+5. **Check the relay's start is still on the server** (the re-loads may have taken long); nothing in Kafka has
+   changed before this.
+6. **Fence the relay and empty the topics**: a producer with the relay's ``transactional.id`` fences any relay
    still holding it; then every record of the pipeline's table and schema topics is deleted. What they held
    is either in Delta already or comes again in the replay; keeping it would append an ``append_log``
    table's changes twice. The log starts this leaves are recorded (:mod:`lakesync.recovery.marker`).
-6. **Store the relay's progress** at the earliest start (replays and re-loads), committed under its
-   ``transactional.id``: the next relay start, wherever it is supervised, replays from there.
-7. **Move the stream's checkpoint aside**: its offsets point into records that are gone; the stream starts
+7. **Store the relay's progress** at the earliest start (replays and re-loads), committed under its
+   ``transactional.id`` and marked as a clean stop: the next relay start, wherever it is supervised, replays
+   from there.
+8. **Move the stream's checkpoint aside**: its offsets point into records that are gone; the stream starts
    afresh at the handoffs.
 
 Keyed tables are exact (the position rule skips what Delta has); ``append_log`` tables are exact with one
@@ -26,6 +31,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
@@ -37,6 +43,9 @@ from lakesync.full_load.state import LoadState, position_to_json, utc_now
 from lakesync.recovery.marker import save_log_starts
 from lakesync.recovery.plan import RecoveryPlan, TableFacts, plan_recovery
 from lakesync.stream.progress import StreamProgress, applied_position
+
+if TYPE_CHECKING:
+    from lakesync.relay.offsets import RelayProgress
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,8 @@ class Recovery:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self.load = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir)
+        #: the relay's stored progress, read by :meth:`plan`
+        self.stored: RelayProgress | None = None
 
     def _stem(self) -> str:
         if self.load.position is None:
@@ -65,25 +76,31 @@ class Recovery:
         return SourcePosition.from_key(key, file_stem=self._stem())
 
     def facts(self) -> dict[str, TableFacts]:
-        """The loaded, selected tables the stream follows (a stopped table keeps its own command)."""
+        """Every selected table with a load entry: loaded ones with their positions, the others (stopped by the
+        stream, a load not finished) to be re-loaded."""
         progress = StreamProgress.load(self.pipeline.pipeline_state_dir).tables
         found = {}
         for name, entry in sorted(self.load.tables.items()):
-            if entry.status != "done" or not entry.position_key or not self.pipeline.tables.selects(name):
+            if not self.pipeline.tables.selects(name):
                 continue
             table_progress = progress.get(name)
-            if table_progress is not None and table_progress.stopped_reason:
-                continue
             settings = self.pipeline.tables.settings_for(name)
             semantics = table_semantics(settings.semantics, bool(settings.key_columns or entry.key_columns))
+            reload_because = None
+            if entry.status != "done" or not entry.position_key:
+                reload_because = "its load had not finished"
+            elif table_progress is not None and table_progress.stopped_reason:
+                reload_because = "the stream stopped it (its re-load is its recovery)"
             found[name] = TableFacts(
-                handoff=entry.position_key,
+                handoff=entry.position_key or "",
                 consumed_through=table_progress.consumed_through if table_progress else None,
-                applied=applied_position(self.pipeline, name),
-                append_log=semantics == APPEND_LOG)
+                applied=None if reload_because else applied_position(self.pipeline, name),
+                append_log=semantics == APPEND_LOG, reload_because=reload_because)
         return found
 
     def plan(self) -> RecoveryPlan:
+        from lakesync.relay.offsets import ProgressStore
+        from lakesync.source.schema import list_tables
         from lakesync.source.server_checks import check_position_available
         from lakesync.source.snapshot import connect
 
@@ -91,14 +108,15 @@ class Recovery:
         if not facts:
             raise ConfigError(f"pipeline {self.pipeline.name} has no loaded table to recover",
                               hint=f"run the full load: `lakesync snapshot --pipeline {self.pipeline.name}`")
-        if all(f.consumed_through is None for f in facts.values()) \
-                and any(f.applied is not None and f.applied > f.handoff for f in facts.values()):
+        self.stored = ProgressStore.for_pipeline(self.pipeline).load()
+        if self.stored is None and all(f.consumed_through is None for f in facts.values()):
             raise ConfigError(
-                f"pipeline {self.pipeline.name}: no table has a consumed-through mark, though changes were applied: "
-                "its topics are not the relay's (Debezium's?), or its stream ran before lakesync kept the marks; "
-                "a replay by lakesync's relay could not tell where each table is",
-                hint=f"re-load every table: `lakesync snapshot --pipeline {self.pipeline.name} --restart` (for "
-                     "Debezium's topics, recover the connector's side first: docs/debezium.md)")
+                f"pipeline {self.pipeline.name}: neither the relay's progress nor a consumed-through mark: its topics "
+                "are not written by lakesync's relay (Debezium's?), or its stream never applied a batch while the "
+                "relay's progress was there; a replay by lakesync's relay could not tell where each table is",
+                hint=f"re-load every table: `lakesync snapshot --pipeline {self.pipeline.name} --restart`, then "
+                     "remove the stream's checkpoint (for Debezium's topics, recover the connector's side: "
+                     "docs/debezium.md)")
         conn = connect(mysql_connection(self.pipeline))
         try:
             def available(key: str) -> bool:
@@ -108,22 +126,33 @@ class Recovery:
                     return False
                 return True
 
-            return plan_recovery(facts, partitions=self.pipeline.kafka.partitions, available=available)
+            on_source = set(list_tables(conn, self.pipeline.source.database))
+            gone = sorted(set(facts) - on_source)
+            if gone:
+                log.warning("not recovered: %s (no longer on the source; the stream stops such a table)",
+                            ", ".join(gone))
+            return plan_recovery({name: f for name, f in facts.items() if name in on_source},
+                                 partitions=self.pipeline.kafka.partitions, available=available)
         finally:
             conn.close()
 
     def refuse_if_relay_runs(self) -> None:
-        from lakesync.relay.offsets import ProgressStore
-
-        stored = ProgressStore.for_pipeline(self.pipeline).load()
-        if stored is None or stored.stopped or not stored.updated_ms:
+        """A relay that runs would race the recovery. With Kafka transactions the fence stops it, so only fresh
+        heartbeats refuse; without them nothing can stop it, so only a clean stop's record lets it go on."""
+        stored = self.stored
+        if stored is None or stored.stopped:
             return
+        if not self.pipeline.kafka.transactions:
+            raise ConfigError(
+                f"the relay of pipeline {self.pipeline.name} did not record a clean stop, and without Kafka "
+                "transactions (kafka.transactions: false) nothing fences a relay that still runs",
+                hint="stop the relay with SIGTERM or Ctrl-C (it records the stop), then run this again")
         silent = time.time() - stored.updated_ms / 1000
         if silent < 3 * self.pipeline.relay.heartbeat_seconds + 5:
             raise ConfigError(
                 f"the relay of pipeline {self.pipeline.name} is running (its last heartbeat is {silent:.0f} s old): "
                 "a recovery would race it",
-                hint="stop the relay (its Airflow task, service or `lakesync relay` process), then run this again")
+                hint="stop the relay (its service or `lakesync relay` process), then run this again")
 
     def run(self, plan: RecoveryPlan) -> RecoveryResult:
         from lakesync.stream.app import checkpoint_dir
@@ -138,13 +167,13 @@ class Recovery:
             self.load = LoadState.for_pipeline_dir(self.pipeline.pipeline_state_dir)
             starts |= {name: self.load.tables[name].position_key or "" for name in plan.reloaded}
         for table in plan.tables:
-            if table.handoff is not None:
-                entry = self.load.tables[table.table]
+            if table.handoff is not None and (entry := self.load.tables.get(table.table)) is not None:
                 entry.position_key, entry.position = table.handoff, position_to_json(self.position(table.handoff))
                 entry.mode = "replay"
         self.load.forget([])  # the load's position: the smallest of the tables' (now their handoffs)
         self.load.save()
         relay_from = self.position(min(starts.values()))
+        self._check_available(relay_from)  # the re-loads may have taken long: nothing is deleted before this
         self._reset_kafka(relay_from)
         checkpoint = checkpoint_dir(self.pipeline)
         moved = None
@@ -153,6 +182,20 @@ class Recovery:
             checkpoint.rename(moved)
             log.warning("moved the stream's checkpoint aside to %s: the stream starts afresh at the handoffs", moved)
         return RecoveryResult(plan, relay_from, moved)
+
+    def _check_available(self, position: SourcePosition) -> None:
+        from lakesync.source.server_checks import check_position_available
+        from lakesync.source.snapshot import connect
+
+        conn = connect(mysql_connection(self.pipeline))
+        try:
+            check_position_available(conn, position)
+        except BinlogPurgedError as exc:
+            raise BinlogPurgedError(f"{exc.message}; the recovery changed nothing in Kafka yet",
+                                    hint=f"run `lakesync recover --pipeline {self.pipeline.name}` again: it plans "
+                                         "anew with what the binlog still has") from exc
+        finally:
+            conn.close()
 
     def _reset_kafka(self, relay_from: SourcePosition) -> None:
         """Fence the relay, empty the topics, store the relay's progress at ``relay_from`` (as stopped: a

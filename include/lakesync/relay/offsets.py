@@ -28,7 +28,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import BrokerError
 from lakesync.core.positions import SourcePosition
-from lakesync.kafka.offsets import list_partitions, offset_consumer, read_to_end
+from lakesync.kafka.offsets import list_partitions, offset_consumer, read_tail, read_to_end
 from lakesync.relay.publisher import Publisher
 from lakesync.relay.topics import COMPACTED, TopicManager
 
@@ -74,7 +74,7 @@ class ProgressStore:
     """Reads and writes one relay's progress in the offsets topic."""
 
     def __init__(self, client_config: Mapping[str, str], *, topic: str, relay: str) -> None:
-        self._client_config = dict(client_config)
+        self.client_config = dict(client_config)
         self.topic = topic
         self.relay = relay
 
@@ -99,7 +99,7 @@ class ProgressStore:
         Reads the whole (compacted) topic with ``read_committed`` from the start to the last stable offset
         (the partition-EOF event marks it); the last committed record for the key wins.
         """
-        consumer = offset_consumer(self._client_config)
+        consumer = offset_consumer(self.client_config)
         latest: list[RelayProgress] = []
         key = self.relay.encode()
 
@@ -117,6 +117,30 @@ class ProgressStore:
         finally:
             consumer.close()
         return latest[-1] if latest else None
+
+
+def settled_position(store: ProgressStore, *, timeout: float = 5.0, window: int = 500) -> SourcePosition | None:
+    """A position before which every change the relay published is below each partition's last stable offset
+    for a ``read_committed`` reader: the position of the progress record *before* the newest one (read from the
+    offsets topic's last ``window`` offsets). The newest transaction's commit markers are written to its
+    partitions one by one after it commits, so a reader may see its progress record before its changes;
+    Kafka lets a producer add partitions to a transaction only once its previous one is complete, so the
+    one before it is complete everywhere. None when fewer than two records are in the window."""
+    consumer = offset_consumer(store.client_config)
+    records: list[RelayProgress] = []
+    key = store.relay.encode()
+
+    def keep(message: Message) -> None:
+        value = message.value()
+        if message.key() == key and value:
+            records.append(RelayProgress.from_json(value))
+
+    try:
+        read_tail(consumer, list_partitions(consumer, topics=[store.topic], timeout=timeout), window, keep,
+                  timeout=timeout)
+    finally:
+        consumer.close()
+    return records[-2].position if len(records) >= 2 else None
 
 
 def covered_range(pipeline: Pipeline) -> tuple[str, str] | None:

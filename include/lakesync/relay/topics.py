@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER, KafkaError._WAIT_COORD})
 #: The settings of a topic only lakesync writes: compacted, never deleted by time.
-COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+#: the relay's offsets topic: compacted, with hourly segments so compaction (which skips the active segment)
+#: keeps what a reader of the whole topic reads small although the relay commits every half second
+COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1", "segment.ms": "3600000"}
 
 
 def retention_config(retention_hours: float | None) -> dict[str, str]:

@@ -222,6 +222,10 @@ class Relay:
                   if entry.status == "done" and entry.position and self.pipeline.tables.selects(name)]
         gone = [name for name in loaded
                 if _not_on_server(conn, SourcePosition.from_json(state.tables[name].position or {}))]
+        if loaded and not gone:  # every table was loaded since (its load's bookkeeping unfinished): none to load
+            smallest = min(SourcePosition.from_json(state.tables[name].position or {}) for name in loaded)
+            return smallest, (f"the smallest load position, as every table was loaded after {purged.token()} "
+                           "(recovery.when_purged: reload)")
         what = f"{len(gone)} of {len(loaded)} tables, those loaded before it" if gone else "every table"
         log.warning("relay %s: the binlog at %s is no longer on the source; re-loading %s (recovery.when_purged: "
                     "reload)", self.store.relay, purged.token(), what)

@@ -235,7 +235,7 @@ class BatchApplier:
             self.consumed.after_batch(applied, {t.name: t.topic for t in self.by_topic.values()
                                                 if not self._stopped(t.name)}, self.progress)
         self.progress.save(self.pipeline.pipeline_state_dir)
-        self.monitor.batch(batch_id, self.progress, time.monotonic() - started)
+        self.monitor.batch(batch_id, self.progress, time.monotonic() - started, sorted(self.sinks))
 
     def _note(self, name: str) -> str:
         return resnapshot_note(self.pipeline.name, name)
@@ -561,7 +561,10 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
     try:
         if fresh:
             covered = covered_range(pipeline)
-            check_handoff_coverage(pipeline.name, consumer, {t.name: (t.topic, t.handoff_key) for t in selected},
+            stopped = {name for name, p in StreamProgress.load(pipeline.pipeline_state_dir).tables.items()
+                       if p.stopped_reason}  # not streamed until re-loaded, at a position the coverage reaches
+            check_handoff_coverage(pipeline.name, consumer,
+                                   {t.name: (t.topic, t.handoff_key) for t in selected if t.name not in stopped},
                                    covered[0] if covered else None,
                                    debezium_history=(pipeline.kafka.topic_prefix, pipeline.source.database))
             topic_keys = {t.topic: t.handoff_key for t in selected}

@@ -73,6 +73,8 @@ def check_handoff_coverage(pipeline_name: str, consumer: Consumer, tables: Mappi
     table's topic must hold an event at or before the handoff key, or Debezium's schema-change topic a DDL
     record of the table there (``debezium_history``: that topic and the source database), which covers a table
     that was empty at the load."""
+    if not tables:
+        return
     if covered_from_key is not None:
         check_coverage(pipeline_name, {table: key for table, (_, key) in tables.items()}, covered_from_key)
         return
