@@ -14,11 +14,13 @@ topic, retention that ran while the stream was down): the stream stops with "wer
 
 Each table is replayed from the binlog from its consumed-through mark (every change before it is in Delta)
 or its load position, when the source server still has that binlog; only the tables it can't cover are
-re-loaded. Then the topics are emptied, the relay's progress is set to the earliest start, and the stream's
-checkpoint is moved aside. Keyed tables are exact; append_log tables are exact with one partition per topic
-(else re-loaded).
+re-loaded (and tables the stream stopped, whose re-load is their recovery). Then the pipeline's topics are
+emptied (other consumers of them lose those records too), the relay's progress is set to the earliest start,
+and the stream's checkpoint is moved aside. Keyed tables are exact; append_log tables are exact with one
+partition per topic (else re-loaded). Pipelines on Debezium's topics are refused.
 
-Stop the relay first (it is refused while its heartbeats are fresh). Afterwards start the relay, then the
+Stop the relay and the stream first: it is refused while the relay's heartbeats are fresh, and without Kafka
+transactions unless the relay recorded a clean stop (SIGTERM or Ctrl-C). Afterwards start the relay, then the
 stream. Safe to run again if it stopped half-way. --dry-run shows the plan and changes nothing.
 """
 
