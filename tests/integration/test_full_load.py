@@ -224,6 +224,30 @@ def test_interrupted_chunked_table_resumes_its_missing_chunks(make_pipeline, db)
 
 
 # -- chunked mode -------------------------------------------------------------------------------------------
+def test_a_load_killed_between_its_delta_commit_and_its_state_file_keeps_the_table_on_resume(make_pipeline, db,
+                                                                                             monkeypatch) -> None:
+    """The resumed load finds its commit landed (the table holds exactly its chunks' files) and does not commit
+    them again: adding and removing the same files in one commit would leave the table empty (found by the
+    full-load fault test in a CI run, the kill landing in that window)."""
+    _make_numbers(db, "numbers", 500)
+    pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 100})
+
+    def killed_after_commit(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(FullLoad, "_finish", killed_after_commit)
+        with pytest.raises(KeyboardInterrupt):
+            FullLoad(pipeline).run()
+    committed = DeltaTable(pipeline.delta.table_uri("numbers")).version()
+    assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).is_done("numbers")
+
+    (result,) = FullLoad(pipeline).run()
+    assert result.rows == 500 and result.delta_version == committed, "the landed commit is the table's load"
+    assert DeltaTable(pipeline.delta.table_uri("numbers")).version() == committed, "nothing committed again"
+    assert sorted(row["id"] for row in _rows(pipeline, "numbers")) == list(range(1, 501))
+
+
 def test_chunked_load_under_concurrent_writes_converges_after_replay(make_pipeline, db, mariadb) -> None:
     """Chunks read while rows change; replaying the binlog from the recorded position with the sink's rule
     (apply only when the change's position is greater than the row's) gives exactly the source table."""

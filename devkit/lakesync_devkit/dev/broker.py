@@ -80,6 +80,9 @@ class Broker(LocalServer):
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def listening_ports(self) -> list[int]:
+        return [self.port, self.controller_port]
+
     @property
     def data_dir(self) -> Path:
         return self.home / "data"

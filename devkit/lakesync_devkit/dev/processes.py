@@ -176,11 +176,18 @@ class LocalServer:
     def is_running(self) -> bool:
         return pid_alive(self.pid()) and port_is_open(self.host, self.port)
 
+    def listening_ports(self) -> list[int]:
+        return [self.port]
+
     def kill(self) -> None:
-        """SIGKILL (fault tests): no clean shutdown, as in a crash or an OOM kill."""
+        """SIGKILL (fault tests): no clean shutdown, as in a crash or an OOM kill. Returns once its ports are
+        closed: a multi-threaded server's main thread can be a zombie while another thread (one in a disk
+        write) still holds the listening socket, so a restart right away found its port in use."""
         pid = self.pid()
         if pid_alive(pid):
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             wait_until(lambda: not pid_alive(pid), timeout=10, what=f"the killed {self.name} to exit")
+        wait_until(lambda: not any(port_is_open(self.host, port) for port in self.listening_ports()), timeout=60,
+                   what=f"the killed {self.name}'s ports to close")
         self.pid_file.unlink(missing_ok=True)

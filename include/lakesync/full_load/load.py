@@ -87,6 +87,21 @@ class TableResult:
 
 
 # -- the load -------------------------------------------------------------------------------------------------
+def _holding_exactly(uri: str, paths: set[str], storage_options: dict[str, str] | None) -> int | None:
+    """The table's version when its files are exactly ``paths``: the load's commit landed already (a load killed
+    between its Delta commit and its state file, then resumed; or a retried commit whose first attempt had
+    landed). Committing the same files again would add and remove each of them in one commit, which leaves
+    the table empty."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(uri, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    active = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return table.version() if set(active) == paths and len(active) == len(paths) else None
+
+
 @dataclass
 class FullLoad:
     """Loads a pipeline's tables; :meth:`run` is resumable (see the module docstring)."""
@@ -340,6 +355,8 @@ class FullLoad:
         schema = Schema.from_arrow(with_lakesync_columns(shape.arrow_schema()))
 
         def step(attempt: int) -> int:
+            if (landed := _holding_exactly(uri, {part.path for part in parts}, storage_options)) is not None:
+                return landed
             create_table_with_add_actions(
                 uri, schema, actions, mode="overwrite", configuration=TABLE_PROPERTIES,
                 storage_options=storage_options, commit_properties=with_attempt(commit, attempt),
