@@ -26,6 +26,7 @@ from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 from lakesync.cli.main import main as cli_main
 from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.core.errors import GapError
+from lakesync.core.positions import SourcePosition, file_stem
 from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import LoadState
 from lakesync.relay import Relay, covered_range
@@ -319,7 +320,9 @@ def test_changes_deleted_from_kafka_are_refused_then_replayed_from_the_binlog_by
         .tables["items"].position_key, "the stream's batch moved the mark past the load"
     assert cli_main(["recover", "--pipeline", pipeline.name, "--pipelines-dir", str(tmp_path / "pipelines")]) == 0
     shown = capsys.readouterr().out
-    assert f"items: replay: replayed from {consumed}" in shown and "1 tables replayed, 0 re-loaded" in shown, shown
+    loaded_at = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["items"].position or {}
+    token = SourcePosition.from_key(consumed, file_stem=file_stem(loaded_at["file"])).token()  # as users type it
+    assert f"items: replay: replayed from {token}" in shown and "1 tables replayed, 0 re-loaded" in shown, shown
     assert LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["items"].position_key == consumed
     assert DeltaTable(pipeline.delta.table_uri("items")).version() == version, "no new load of the table"
     relay_until_idle(pipeline)

@@ -58,7 +58,13 @@ class RecoveryPlan:
         return [t.table for t in self.tables if t.reload]
 
 
-def plan_table(name: str, facts: TableFacts, *, partitions: int, available: Callable[[str], bool]) -> TableRecovery:
+def _same(key: str) -> str:
+    return key
+
+
+def plan_table(name: str, facts: TableFacts, *, partitions: int, available: Callable[[str], bool],
+               shown: Callable[[str], str] = _same) -> TableRecovery:
+    """``shown``: a position key as the reasons show it (the CLI gives ``binlog.000003:1542``, as users type it)."""
     if facts.reload_because is not None:
         return TableRecovery(name, None, None, facts.reload_because)
     if facts.append_log and partitions > 1:
@@ -72,12 +78,12 @@ def plan_table(name: str, facts: TableFacts, *, partitions: int, available: Call
         return TableRecovery(name, None, None, "changes applied after its load, and no consumed-through mark to "
                                                "replay from (a stream older than the marks, or another producer)")
     if not available(start):
-        return TableRecovery(name, None, None, f"the binlog no longer has {start}, where its replay would start")
+        return TableRecovery(name, None, None, f"the binlog no longer has {shown(start)}, where its replay would start")
     handoff = max(start, facts.applied or "") if facts.append_log else start
-    return TableRecovery(name, start, handoff, f"replayed from {start} ({since})")
+    return TableRecovery(name, start, handoff, f"replayed from {shown(start)} ({since})")
 
 
-def plan_recovery(tables: Mapping[str, TableFacts], *, partitions: int, available: Callable[[str], bool]
-                  ) -> RecoveryPlan:
-    return RecoveryPlan([plan_table(name, facts, partitions=partitions, available=available)
+def plan_recovery(tables: Mapping[str, TableFacts], *, partitions: int, available: Callable[[str], bool],
+                  shown: Callable[[str], str] = _same) -> RecoveryPlan:
+    return RecoveryPlan([plan_table(name, facts, partitions=partitions, available=available, shown=shown)
                          for name, facts in sorted(tables.items())])

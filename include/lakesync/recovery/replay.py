@@ -132,7 +132,8 @@ class Recovery:
                 log.warning("not recovered: %s (no longer on the source; the stream stops such a table)",
                             ", ".join(gone))
             return plan_recovery({name: f for name, f in facts.items() if name in on_source},
-                                 partitions=self.pipeline.kafka.partitions, available=available)
+                                 partitions=self.pipeline.kafka.partitions, available=available,
+                                 shown=lambda key: self.position(key).token())
         finally:
             conn.close()
 
