@@ -79,7 +79,7 @@ def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
     from lakesync.kafka.offsets import earliest_offsets, end_offsets, list_partitions, offset_consumer
     from lakesync.kafka.spark_source import KafkaInputPartition, split_ranges
     from lakesync.stream.app import BatchApplier, source_options, streamed_tables
-    from lakesync.stream.reduce import read_and_reduce
+    from lakesync.stream.reduce import read_and_reduce, run_on_executors
 
     tables = streamed_tables(pipeline)
     source = KafkaSourceOptions.from_options(source_options(pipeline, [t.topic for t in tables]))
@@ -91,7 +91,8 @@ def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
         consumer.close()
     cores = spark.sparkContext.defaultParallelism
     ranges = split_ranges([KafkaInputPartition(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps], cores)
-    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", source).plan({})
+    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", partial(run_on_executors, source=source)
+                        ).plan({})
     tasks = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(partial(read_and_reduce, plan, source))
     tasks.count()  # once to start the Python workers and fill the broker's caches, as a running stream has
     began = time.perf_counter()

@@ -18,8 +18,11 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +36,7 @@ from lakesync.core.state_files import write_text_atomically
 from lakesync.core.table_layout import POS, table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
+from lakesync.kafka import spark_options
 from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
@@ -40,10 +44,17 @@ from lakesync.stream.consumed import ConsumedMarks
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
+from lakesync.stream.kafka_reader import CarriedOffsets, record_reader, switch_reader
 from lakesync.stream.lag import planned_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, departed, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
-from lakesync.stream.reduce import ReducedBatch, ReducedTable, ReducePlan, run_on_executors
+from lakesync.stream.reduce import (
+    ReducedBatch,
+    ReducedTable,
+    ReducePlan,
+    run_on_executors,
+    run_records_on_executors,
+)
 from lakesync.stream.schema_changes import (
     columns_added_in_events,
     new_snapshot_in_events,
@@ -51,6 +62,10 @@ from lakesync.stream.schema_changes import (
     resnapshot_note,
 )
 from lakesync.stream.topic_identity import check_topic_identity, topic_ids
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +165,21 @@ def _sink(pipeline: Pipeline, table: StreamedTable):
                      storage_options=pipeline.delta.storage_options or None)
 
 
-class BatchApplier:
-    """The ``foreachBatch`` function: read, decode and reduce on the executors, then one versioned MERGE per
-    table. ``source`` holds the Kafka client settings the executors read the batch's ranges with."""
+#: How a micro-batch of the query's source becomes its reduced changes (the reader's half: reduce.py).
+ReadBatch = Callable[["DataFrame", ReducePlan], ReducedBatch]
 
-    def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str,
-                 source: KafkaSourceOptions, *, watch_new_tables: bool = True) -> None:
+
+class BatchApplier:
+    """The ``foreachBatch`` function: read, decode and reduce on the executors (``read_batch``), then one
+    versioned MERGE per table. ``read_from_handoffs``: the source may give a table's changes from before its
+    handoff (Spark's Kafka source, stream/kafka_reader.py), which are then left out by position."""
+
+    def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str, read_batch: ReadBatch, *,
+                 watch_new_tables: bool = True, read_from_handoffs: bool = False) -> None:
         self.pipeline = pipeline
         self.app_id = app_id
-        self.source = source
+        self.read_batch = read_batch
+        self.read_from_handoffs = read_from_handoffs
         self.by_topic = {t.topic: t for t in tables}
         self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
         self.sinks = {t.name: _sink(pipeline, t) for t in tables}
@@ -194,7 +215,7 @@ class BatchApplier:
     def _run_batch(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         self._resume_reloaded()
-        batch = run_on_executors(batch_df, self.plan({}), self.source)
+        batch = self.read_batch(batch_df, self.plan({}))
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
@@ -203,9 +224,10 @@ class BatchApplier:
                 stop_at[table_name] = stop
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
-            batch = run_on_executors(batch_df, self.plan(stop_before), self.source)
+            batch = self.read_batch(batch_df, self.plan(stop_before))
+        handoffs = {t.name: t.handoff_key for t in self.by_topic.values()}
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before,
-                      {t.name: t.handoff_key for t in self.by_topic.values()})
+                      handoffs, handoffs if self.read_from_handoffs else {})
         self._record_skipped(batch, stop_before)
         for table_name, reduced in batch.tables.items():
             if not self._stopped(table_name):
@@ -275,12 +297,14 @@ class BatchApplier:
     def plan(self, stop_before: dict[str, str]) -> ReducePlan:
         """What the executors decode and reduce: the tables not stopped, with their current schemas."""
         live = {name for name in self.sinks if not self._stopped(name)}
+        handoffs = {t.name: t.handoff_key for t in self.by_topic.values() if t.name in live}
         decode = DecodePlan(
             topic_tables={topic: t.name for topic, t in self.by_topic.items() if t.name in live},
             schemas={name: user_schema(self.schemas[name]) for name in live},
             schema_topic=self.schema_topic,
             stop_before=stop_before,
-            handoffs={t.name: t.handoff_key for t in self.by_topic.values() if t.name in live},
+            handoffs=handoffs,
+            read_from=dict(handoffs) if self.read_from_handoffs else {},
         )
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}
@@ -487,24 +511,38 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     selected = streamed_tables(pipeline, only=tables)
     client = kafka_client_config(pipeline)
     checkpoint = checkpoint_dir(pipeline)
+    reader = pipeline.stream.kafka_reader
+    carried = switch_reader(checkpoint, reader, pipeline=pipeline.name)
     fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = [*(t.topic for t in selected), schema_topic]
-    options = source_options(pipeline, topics)
+    if reader == "spark":
+        options = spark_options.stream_options(client, topics)
+    else:
+        kafka_source.register(session)
+        options = source_options(pipeline, topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
-    starting = _handoff_offsets(pipeline, selected, checkpoint, fresh=fresh)
+    starting = _handoff_offsets(pipeline, selected, checkpoint, fresh=fresh, carried=carried)
     if starting:
         options["startingOffsets"] = json.dumps(starting)
-    check_topic_identity(checkpoint, topic_ids(client, topics), pipeline=pipeline.name, fresh=fresh)
-
-    kafka_source.register(session)
+    ids = topic_ids(client, topics)
+    if carried is not None:  # the old checkpoint's topics must be the ones its offsets were read from
+        check_topic_identity(carried.old_checkpoint, ids, pipeline=pipeline.name, fresh=False)
+    check_topic_identity(checkpoint, ids, pipeline=pipeline.name, fresh=fresh)
+    record_reader(checkpoint, reader)
     # a task per executor core at least: a table topic with one partition still decodes on every core
     options["minPartitions"] = str(session.sparkContext.defaultParallelism)
-    applier = BatchApplier(pipeline, selected, app_id, KafkaSourceOptions.from_options(options),
-                           watch_new_tables=not tables)
-    writer = (session.readStream.format(kafka_source.SOURCE_NAME).options(**options).load()
+    if reader == "spark":
+        read_batch: ReadBatch = run_records_on_executors
+        source_format = "kafka"
+    else:
+        read_batch = partial(run_on_executors, source=KafkaSourceOptions.from_options(options))
+        source_format = kafka_source.SOURCE_NAME
+    applier = BatchApplier(pipeline, selected, app_id, read_batch, watch_new_tables=not tables,
+                           read_from_handoffs=reader == "spark")
+    writer = (session.readStream.format(source_format).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{pipeline.stream.trigger_seconds} seconds")
@@ -543,15 +581,17 @@ def _await(query, applier: BatchApplier, *, once: bool, deadline: float | None) 
             return
 
 
-def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoint: Path, *, fresh: bool
-                     ) -> dict[str, dict[str, int]]:
+def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoint: Path, *, fresh: bool,
+                     carried: CarriedOffsets | None = None) -> dict[str, dict[str, int]]:
     """Where the query starts on each topic it has not read yet (Spark's ``startingOffsets``).
 
     A new stream: every table's topic at the first change at or after its handoff position, once the relay's
     coverage is proven to reach back to each (:mod:`lakesync.stream.handoff`); the schema topic at the
     smallest. A stream resuming from its checkpoint: only the topics the checkpoint has no offsets for (a
     table that joined), at their handoff position; the rest resume where they were. Before resuming, the
-    records it would read next must still be in Kafka."""
+    records it would read next must still be in Kafka. A stream that changed readers (``carried``) is a new
+    checkpoint resuming the old one: each topic where the old one would have read next, and every partition
+    of each topic named, as Spark's Kafka source wants."""
     from lakesync.kafka.offsets import offset_consumer
     from lakesync.relay import covered_range
     from lakesync.stream.lag import committed_offsets
@@ -559,6 +599,8 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     consumer = offset_consumer(kafka_client_config(pipeline))
     try:
+        if carried is not None:
+            return _carried_offsets(pipeline, selected, consumer, carried)
         if fresh:
             covered = covered_range(pipeline)
             stopped = {name for name, p in StreamProgress.load(pipeline.pipeline_state_dir).tables.items()
@@ -584,6 +626,25 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
         return offsets
     finally:
         consumer.close()
+
+
+def _carried_offsets(pipeline: Pipeline, selected: list[StreamedTable], consumer: Consumer, carried: CarriedOffsets
+                     ) -> dict[str, dict[str, int]]:
+    """The starting offsets of a stream that changed readers: the old checkpoint's next records (checked to
+    be still in Kafka), a topic it never read at its table's handoff, a partition added since at its first
+    record (-2, Spark's earliest)."""
+    from lakesync.kafka.offsets import list_partitions
+
+    schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
+    topics = {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"}
+    check_nothing_deleted(pipeline.name, carried.old_checkpoint, consumer, topics)
+    read = {topic for topic, _ in carried.offsets}
+    offsets = starting_offsets(consumer, {t.topic: t.handoff_key for t in selected if t.topic not in read},
+                               pipeline) if any(t.topic not in read for t in selected) else {}
+    for topic, partition in list_partitions(consumer, topics=sorted(read & set(topics))):
+        offsets.setdefault(topic, {})[str(partition)] = carried.offsets.get((topic, partition), -2)
+    log.info("the new checkpoint starts at the old one's committed offsets %s", offsets)
+    return offsets
 
 
 def stream_failure(pipeline_name: str, exc: object) -> LakesyncError:

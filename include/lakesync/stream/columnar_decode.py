@@ -51,7 +51,9 @@ class DecodePlan:
     ``stop_before`` a position key per table whose changes at or after it are left out (a DDL the
     table can't follow sits there); ``handoffs`` each table's load position: Debezium's events at or before
     it change nothing (the position rule skips them), so only later ones are judged for what the driver
-    must decide (snapshot reads, added columns, lossy settings).
+    must decide (snapshot reads, added columns, lossy settings); ``read_from`` a position key per table
+    whose changes before it are left out: Spark's Kafka source starts a topic new to its checkpoint at the
+    topic's first record, not at the table's handoff (:mod:`lakesync.stream.kafka_reader`).
     """
 
     topic_tables: dict[str, str]
@@ -59,6 +61,7 @@ class DecodePlan:
     schema_topic: str | None = None
     stop_before: dict[str, str] = field(default_factory=dict)
     handoffs: dict[str, str] = field(default_factory=dict)
+    read_from: dict[str, str] = field(default_factory=dict)
 
 
 def _parse_type(arrow_type: pa.DataType) -> pa.DataType:
@@ -194,6 +197,9 @@ def decode_records(records: pa.Table, plan: DecodePlan) -> DecodedRecords:
         stop = plan.stop_before.get(table)
         if stop is not None:
             changes = changes.filter(pc.less(changes.column(META_COLUMNS[0]), pa.scalar(stop)))
+        start = plan.read_from.get(table)
+        if start is not None:
+            changes = changes.filter(pc.greater_equal(changes.column(META_COLUMNS[0]), pa.scalar(start)))
         if changes.num_rows:
             out.tables[table] = changes
     return out

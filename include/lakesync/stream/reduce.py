@@ -1,9 +1,12 @@
 """A micro-batch's work, done where the data is: read, decode and reduce on the executors, ship the reduced rows.
 
-The stream's Kafka source gives each micro-batch as its planned offset ranges only (``output=ranges``,
-:mod:`lakesync.kafka.spark_source`). One Spark task per range (:func:`read_and_reduce`) reads the range's
-messages from Kafka and runs :func:`reduce_partition` on them in the same Python process, so the raw records
-never travel through the JVM or a second Python worker: the records are decoded column-wise
+Two readers feed the same work (``stream.kafka_reader``). lakesync's Python Kafka source gives each
+micro-batch as its planned offset ranges only (``output=ranges``, :mod:`lakesync.kafka.spark_source`): one
+Spark task per range (:func:`read_and_reduce`) reads the range's messages from Kafka and runs
+:func:`reduce_partition` on them in the same Python process, so the raw records never travel through the JVM.
+Spark's own Kafka source (``spark``) reads the records in the JVM, one task per topic-partition range, and
+hands them to :func:`reduce_partition` as Arrow batches (``mapInArrow``, :func:`run_records_on_executors`).
+Either way the records are decoded column-wise
 (:mod:`lakesync.stream.columnar_decode`) and each key-merged table is cut down to the newest change per
 key (by source position, :func:`lakesync.sink.changes.last_change_per_key`) as the batches arrive, so a
 task holds at most one row per key it has seen. A key's changes can be in several tasks (the stream cuts
@@ -180,14 +183,17 @@ class ReducedBatch:
     newest: dict[str, str] = field(default_factory=dict)
 
     def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str],
-                handoffs: Mapping[str, str]) -> None:
+                handoffs: Mapping[str, str], read_from: Mapping[str, str]) -> None:
         """Type the raw changes with the (possibly just evolved) ``schemas`` and add them to ``tables``; lossy
-        Debezium settings are refused in the changes after each table's load position (``handoffs``)."""
+        Debezium settings are refused in the changes after each table's load position (``handoffs``). As on
+        the executors, changes at or after ``stop_before`` and before ``read_from`` are left out."""
         if self.raw is None:
             return
         for table, changes in self.raw.tables.items():
-            if table in stop_before:  # before typing: changes after the DDL may not fit the old types
-                changes.events = [e for e in changes.events if e.position.key() < stop_before[table]]
+            stop, start = stop_before.get(table), read_from.get(table, "")
+            # before typing: changes after the DDL may not fit the old types
+            changes.events = [e for e in changes.events
+                              if start <= e.position.key() and (stop is None or e.position.key() < stop)]
             changes.refuse_lossy_settings(table, schemas[table], after=handoffs.get(table, ""))
             rows = changes.to_arrow(schemas[table])
             if rows.num_rows:
@@ -226,6 +232,28 @@ def reduced_batch(chunks: Iterable[Chunk], plan: DecodePlan) -> ReducedBatch:
         out.raw = decode_batch(pa.concat_tables(raw_parts), plan.topic_tables, schema_topic=plan.schema_topic)
         out.schema_changes.extend(out.raw.schema_changes)
     return out
+
+
+#: What :func:`run_records_on_executors` tasks return: one row per :data:`Chunk`.
+CHUNK_SCHEMA = "kind string, name string, changes long, data binary"
+_CHUNK_FIELDS: list[pa.Field] = [pa.field("kind", pa.string()), pa.field("name", pa.string()),
+                                  pa.field("changes", pa.int64()), pa.field("data", pa.binary())]
+_CHUNK_ARROW = pa.schema(_CHUNK_FIELDS)
+
+
+def _reduce_arrow(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: one task's Kafka records (one topic-partition range) in, chunks out."""
+    for kind, name, changes, data in reduce_partition(plan, batches):
+        yield pa.RecordBatch.from_pydict({"kind": [kind], "name": [name], "changes": [changes], "data": [data]},
+                                         schema=_CHUNK_ARROW)
+    release_free_memory()
+
+
+def run_records_on_executors(batch_df, plan: ReducePlan) -> ReducedBatch:
+    """Decode and reduce a micro-batch of Spark's Kafka source (its records, ``includeHeaders``) on the
+    executors, one task per topic-partition range; collect the result."""
+    chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(_reduce_arrow, plan), CHUNK_SCHEMA).collect()
+    return reduced_batch(((row.kind, row.name, row.changes, row.data) for row in chunks), plan.decode)
 
 
 def run_on_executors(batch_df, plan: ReducePlan, source: KafkaSourceOptions) -> ReducedBatch:

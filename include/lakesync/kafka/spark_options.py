@@ -1,0 +1,101 @@
+"""The options of Spark's own Kafka source (``spark-sql-kafka-0-10``) for a pipeline's stream.
+
+A pipeline's Kafka settings are librdkafka's (the relay and every confluent-kafka client read them); Spark's
+source runs the Java client, whose settings are named differently for the same things. This module turns
+the first into the second (``kafka.``-prefixed, as Spark wants them):
+
+* ``bootstrap.servers``, ``security.protocol``, ``client.id``, ``ssl.endpoint.identification.algorithm``:
+  the same names;
+* ``sasl.mechanism(s)`` -> ``sasl.mechanism``; ``sasl.username`` + ``sasl.password`` -> ``sasl.jaas.config``
+  (PLAIN or SCRAM's login module);
+* ``ssl.ca.location`` (a PEM file) -> ``ssl.truststore.type=PEM`` + ``ssl.truststore.location``;
+* ``ssl.certificate.location`` + ``ssl.key.location`` (PEM) -> ``ssl.keystore.type=PEM`` with the
+  certificate chain and key read from those files (``ssl.key.password`` -> ``ssl.key.password``);
+* settings only librdkafka knows (``linger.ms``, ``queue.*``, ``enable.partition.eof``, ...) are left out.
+
+The Java client never logs password-typed settings (``sasl.jaas.config``, ``ssl.keystore.key``,
+``ssl.key.password``): it prints ``[hidden]``. :func:`redacted` masks them for lakesync's own messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from lakesync.core.errors import ConfigError
+
+#: librdkafka settings with the same name and meaning in the Java client.
+_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.endpoint.identification.algorithm",
+         "ssl.key.password", "sasl.kerberos.service.name")
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_SECRET_MARKERS = ("password", "jaas", "keystore.key", "secret", "token")
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def java_client_settings(client: Mapping[str, str]) -> dict[str, str]:
+    """The Java client's settings for a librdkafka configuration (see the module docstring)."""
+    settings = {name: str(client[name]) for name in _SAME if client.get(name)}
+    if not settings.get("bootstrap.servers"):
+        raise ConfigError("the stream needs the broker address: bootstrap.servers is not set",
+                          hint="set kafka.conn_id or kafka.bootstrap_servers in the pipeline")
+    mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms")
+    if mechanism:
+        settings["sasl.mechanism"] = mechanism
+        username, password = client.get("sasl.username"), client.get("sasl.password")
+        if username is not None and password is not None:
+            module = _LOGIN_MODULES.get(mechanism.upper())
+            if module is None:
+                raise ConfigError(f"SASL mechanism {mechanism} has no username/password login for Spark's Kafka "
+                                  "source", hint="use PLAIN or SCRAM-SHA-256/512, or set kafka.settings "
+                                                 "'sasl.jaas.config' yourself")
+            settings["sasl.jaas.config"] = (f"{module} required username={_jaas_quote(username)} "
+                                            f"password={_jaas_quote(password)};")
+    if client.get("sasl.jaas.config"):
+        settings["sasl.jaas.config"] = client["sasl.jaas.config"]
+    if client.get("ssl.ca.location"):
+        settings["ssl.truststore.type"] = "PEM"
+        settings["ssl.truststore.location"] = client["ssl.ca.location"]
+    certificate, key = client.get("ssl.certificate.location"), client.get("ssl.key.location")
+    if certificate and key:
+        try:
+            settings["ssl.keystore.certificate.chain"] = Path(certificate).read_text()
+            settings["ssl.keystore.key"] = Path(key).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the client certificate or key for Spark's Kafka source: {exc.strerror}",
+                              hint="check kafka.settings ssl.certificate.location / ssl.key.location") from None
+        settings["ssl.keystore.type"] = "PEM"
+    return settings
+
+
+def source_options(client: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.``-prefixed options for ``spark.readStream.format("kafka")``, reading committed records only."""
+    options = {f"kafka.{name}": value for name, value in java_client_settings(client).items()}
+    options["kafka.isolation.level"] = "read_committed"
+    return options
+
+
+def redacted(options: Mapping[str, str]) -> dict[str, str]:
+    """A copy of source options that is safe to log: secret values replaced by ``***``."""
+    return {key: ("***" if any(marker in key.lower() for marker in _SECRET_MARKERS) else value)
+            for key, value in options.items()}
+
+
+def stream_options(client: Mapping[str, str], topics: list[str]) -> dict[str, str]:
+    """The stream's query options: the committed records of ``topics`` with their headers (lakesync's events
+    carry their position and format there); a gap in a topic fails the query instead of being skipped.
+
+    The topics are given as a pattern that matches exactly them, not as ``subscribe``: Spark's source fails
+    a query that subscribes to a topic that does not exist yet (its admin client describes each one), and a
+    table's topic is created by the relay at the table's first change. A topic that appears later is read
+    from its first record, as lakesync's source does."""
+    pattern = "^(" + "|".join(re.escape(topic) for topic in topics) + ")$"
+    return {**source_options(client), "subscribePattern": pattern, "includeHeaders": "true",
+            "failOnDataLoss": "true"}
