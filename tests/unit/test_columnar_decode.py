@@ -210,6 +210,14 @@ def test_batch_is_split_by_topic_and_changes_after_a_stopping_ddl_are_left_out()
     assert out.schema_records is not None and out.schema_records.num_rows == 1
 
 
+def test_changes_before_a_tables_read_from_position_are_left_out_and_the_rest_kept_in_order() -> None:
+    events = _mixed_events()
+    start = events[7].position.key()
+    plan = DecodePlan({TOPIC: "t"}, {"t": SCHEMA}, read_from={"t": start})
+    out = decode_records(kafka_records(_encoded(events)), plan)
+    assert out.tables["t"].column("_lakesync_pos").to_pylist() == [e.position.key() for e in events[7:]]
+
+
 def test_binary_values_are_base64_decoded_strictly() -> None:
     row = {**_rows()[0], "c32": base64.b64encode(b"\x00\x01").decode()}
     _assert_same(kafka_records(_encoded([_event("c", row, 1)])))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lakesync.core.errors import ConfigError
-from lakesync.kafka.spark_options import java_client_settings, redacted, source_options
+from lakesync.kafka.spark_options import java_client_settings, source_options, stream_options
 
 
 def test_plain_settings_keep_their_names_and_librdkafka_only_ones_are_left_out() -> None:
@@ -59,8 +61,10 @@ def test_a_missing_broker_address_is_a_config_error() -> None:
         java_client_settings({})
 
 
-def test_redacted_masks_every_secret_and_keeps_the_rest() -> None:
-    masked = redacted({"kafka.sasl.jaas.config": "x", "kafka.ssl.keystore.key": "k", "kafka.ssl.key.password": "p",
-                       "kafka.bootstrap.servers": "b"})
-    assert masked == {"kafka.sasl.jaas.config": "***", "kafka.ssl.keystore.key": "***",
-                      "kafka.ssl.key.password": "***", "kafka.bootstrap.servers": "b"}
+def test_the_stream_reads_exactly_its_topics_by_pattern_with_headers_and_fails_on_a_gap() -> None:
+    options = stream_options({"bootstrap.servers": "b:9092"}, ["p.db.t", "p.db._schema"])
+    pattern = re.compile(options["subscribePattern"])
+    assert [bool(pattern.fullmatch(t)) for t in ["p.db.t", "p.db._schema", "p.db.tt", "pxdb.t", "p.db"]] == [
+        True, True, False, False, False]
+    assert options["includeHeaders"] == "true" and options["failOnDataLoss"] == "true"
+    assert options["kafka.isolation.level"] == "read_committed" and "subscribe" not in options

@@ -14,7 +14,7 @@ the first into the second (``kafka.``-prefixed, as Spark wants them):
 * settings only librdkafka knows (``linger.ms``, ``queue.*``, ``enable.partition.eof``, ...) are left out.
 
 The Java client never logs password-typed settings (``sasl.jaas.config``, ``ssl.keystore.key``,
-``ssl.key.password``): it prints ``[hidden]``. :func:`redacted` masks them for lakesync's own messages.
+``ssl.key.password``): it prints ``[hidden]``; lakesync never logs these options.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-_SECRET_MARKERS = ("password", "jaas", "keystore.key", "secret", "token")
 
 
 def _jaas_quote(value: str) -> str:
@@ -80,12 +79,6 @@ def source_options(client: Mapping[str, str]) -> dict[str, str]:
     options = {f"kafka.{name}": value for name, value in java_client_settings(client).items()}
     options["kafka.isolation.level"] = "read_committed"
     return options
-
-
-def redacted(options: Mapping[str, str]) -> dict[str, str]:
-    """A copy of source options that is safe to log: secret values replaced by ``***``."""
-    return {key: ("***" if any(marker in key.lower() for marker in _SECRET_MARKERS) else value)
-            for key, value in options.items()}
 
 
 def stream_options(client: Mapping[str, str], topics: list[str]) -> dict[str, str]:
