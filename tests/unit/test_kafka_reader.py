@@ -45,9 +45,16 @@ def test_changing_readers_moves_the_checkpoint_aside_and_carries_its_committed_o
     carried = switch_reader(checkpoint, "spark", pipeline="p")
     assert carried is not None
     assert carried.offsets == {("t", 0): 9, ("t", 1): 4, ("s", 0): 2}
-    assert not checkpoint.exists()
     assert carried.old_checkpoint.name.startswith("checkpoint.lakesync-reader-")
     assert (carried.old_checkpoint / "commits" / "1").exists()  # kept whole
+    assert checkpoint_reader(checkpoint) == "spark" and not (checkpoint / "offsets").exists()
+
+    # stopped before the new checkpoint's first commit: it starts at the same offsets again
+    _batch(checkpoint, 0, {"t": {"0": 12, "1": 4}, "s": {"0": 2}}, committed=False)
+    again = switch_reader(checkpoint, "spark", pipeline="p")
+    assert again == carried
+    _batch(checkpoint, 0, {"t": {"0": 12, "1": 4}, "s": {"0": 2}}, committed=True)
+    assert switch_reader(checkpoint, "spark", pipeline="p") is None  # from now on its own offsets
 
 
 def test_a_planned_batch_never_committed_refuses_the_change_and_moves_nothing(tmp_path) -> None:

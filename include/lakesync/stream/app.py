@@ -37,7 +37,7 @@ from lakesync.core.table_layout import POS, table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.kafka import spark_options
-from lakesync.kafka.config import KafkaSourceOptions
+from lakesync.kafka.config import EARLIEST, KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.consumed import ConsumedMarks
@@ -631,18 +631,19 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
 def _carried_offsets(pipeline: Pipeline, selected: list[StreamedTable], consumer: Consumer, carried: CarriedOffsets
                      ) -> dict[str, dict[str, int]]:
     """The starting offsets of a stream that changed readers: the old checkpoint's next records (checked to
-    be still in Kafka), a topic it never read at its table's handoff, a partition added since at its first
-    record (-2, Spark's earliest)."""
+    be still in Kafka), a table topic it never read at its table's handoff, any other partition (added
+    since, or of a schema topic created since) at its first record."""
     from lakesync.kafka.offsets import list_partitions
 
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"}
     check_nothing_deleted(pipeline.name, carried.old_checkpoint, consumer, topics)
     read = {topic for topic, _ in carried.offsets}
-    offsets = starting_offsets(consumer, {t.topic: t.handoff_key for t in selected if t.topic not in read},
-                               pipeline) if any(t.topic not in read for t in selected) else {}
-    for topic, partition in list_partitions(consumer, topics=sorted(read & set(topics))):
-        offsets.setdefault(topic, {})[str(partition)] = carried.offsets.get((topic, partition), -2)
+    unread = {t.topic: t.handoff_key for t in selected if t.topic not in read}
+    offsets = starting_offsets(consumer, unread, pipeline) if unread else {}
+    # every partition named: Spark's Kafka source refuses startingOffsets that leave one out
+    for topic, partition in list_partitions(consumer, topics=sorted(set(topics) - set(unread))):
+        offsets.setdefault(topic, {})[str(partition)] = carried.offsets.get((topic, partition), EARLIEST)
     log.info("the new checkpoint starts at the old one's committed offsets %s", offsets)
     return offsets
 

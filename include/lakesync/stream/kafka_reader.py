@@ -8,7 +8,8 @@ the source that wrote it: its offsets log is in the source's own format, and Spa
 source changed. So the reader is recorded in the checkpoint (:data:`READER_FILE`; a checkpoint without the
 file was written before the choice existed, by ``lakesync``), and when the setting names the other reader
 the checkpoint is moved aside and a new one starts at exactly the offsets the old one had committed
-(:func:`switch_reader`). Nothing is read twice or skipped: the offsets of a committed batch are the next
+(:func:`switch_reader`), and again at every start until the new one commits its first batch (its own
+offsets rule from then on). Nothing is read twice or skipped: the offsets of a committed batch are the next
 records to read. A planned batch that was never committed (a crash in it) is refused: its Delta commits
 may be done, and only its own checkpoint can tell its replay is the same work (the sink's app transaction
 carries the stream id, which a new checkpoint changes).
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 
 READERS = ("lakesync", "spark")
 READER_FILE = "lakesync_kafka_reader"
+#: in a checkpoint that replaced another reader's: where that one was moved (its offsets are the start)
+CARRIED_FILE = "lakesync_carried_from"
 #: the reader of a checkpoint written before the reader was recorded
 FORMER_READER = "lakesync"
 
@@ -68,11 +71,23 @@ def _batches(checkpoint: Path, kind: str) -> list[int]:
 
 
 def switch_reader(checkpoint: Path, reader: str, *, pipeline: str) -> CarriedOffsets | None:
-    """When ``checkpoint`` was written by the other reader: move it aside and return the offsets the new one
-    starts at (None when the checkpoint is ``reader``'s, or has nothing to carry over)."""
+    """When ``checkpoint`` was written by the other reader, move it aside; while the new one has committed
+    no batch, return where it starts: the old one's committed offsets (None: nothing to carry over).
+
+    The old checkpoint's place is kept in the new one (:data:`CARRIED_FILE`), so a stream stopped before its
+    first commit starts at the same offsets again, not at the tables' handoffs."""
     written_by = checkpoint_reader(checkpoint)
-    if written_by is None or written_by == reader:
+    if written_by is not None and written_by != reader:
+        _move_aside(checkpoint, written_by, reader, pipeline=pipeline)
+    carried_from = checkpoint / CARRIED_FILE
+    if not carried_from.exists() or _batches(checkpoint, "commits"):
         return None
+    old_checkpoint = Path(carried_from.read_text().strip())
+    offsets = committed_offsets(old_checkpoint)
+    return CarriedOffsets(offsets, old_checkpoint) if offsets else None
+
+
+def _move_aside(checkpoint: Path, written_by: str, reader: str, *, pipeline: str) -> None:
     planned, committed = _batches(checkpoint, "offsets"), _batches(checkpoint, "commits")
     if planned and (not committed or committed[-1] < planned[-1]):
         raise ConfigError(
@@ -81,9 +96,10 @@ def switch_reader(checkpoint: Path, reader: str, *, pipeline: str) -> CarriedOff
             "committed (the stream stopped in it)",
             hint=f"set stream.kafka_reader back to {written_by!r} and run the stream once (it finishes the "
                  f"batch), then set it to {reader!r} again")
-    offsets = committed_offsets(checkpoint) or {}
     moved = checkpoint.with_name(f"{checkpoint.name}.{written_by}-reader-{time.strftime('%Y%m%dT%H%M%S')}")
     checkpoint.rename(moved)
+    checkpoint.mkdir()
+    write_text_atomically(checkpoint / CARRIED_FILE, str(moved))
+    record_reader(checkpoint, reader)
     log.warning("stream.kafka_reader is now %r: the %r reader's checkpoint is kept at %s; the new checkpoint "
                 "starts at its committed offsets", reader, written_by, moved)
-    return CarriedOffsets(offsets, moved) if offsets else None
