@@ -48,7 +48,7 @@ JOIN_WAIT_SECONDS = 240
 CREATE = "CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, amount DECIMAL(10,2) NULL)"
 
 
-def _pipeline(folder: Path, database: str, *, join: bool, reader: str = "lakesync") -> Pipeline:
+def _pipeline(folder: Path, database: str, *, join: bool, reader: str | None = None) -> Pipeline:
     server_id = random.randrange(5_000, 60_000)
     (folder / "newtables.yaml").write_text(yaml.safe_dump({
         "name": "newtables",
@@ -57,7 +57,7 @@ def _pipeline(folder: Path, database: str, *, join: bool, reader: str = "lakesyn
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"nt{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
-        "stream": {"join_new_tables": join, "trigger_seconds": 1, "kafka_reader": reader},
+        "stream": {"join_new_tables": join, "trigger_seconds": 1, **({"kafka_reader": reader} if reader else {})},
     }))
     return load_pipeline("newtables", folder)
 

@@ -10,6 +10,7 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 4. the stream alone over those topics: ``lakesync stream --once`` in its own process for the peak RSS of
    its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling, and on
    each the executors' tasks alone over the same topics (read, decode, reduce: the part that scales out);
+   then the peak RSS and ``local[2]`` rate again with lakesync's own Kafka reader (the former default);
 5. backpressure: the relay with a lag bound, the stream stopped, then running;
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
@@ -102,11 +103,11 @@ class StreamBenchResult:
     load_average: list[float]
     #: the embedded Apache Kafka broker's peak RSS over the whole bench
     broker_peak_rss_mb: float
-    #: ``stream.kafka_reader: spark`` (Spark's Kafka connector) on the same topics: stream-only rate on
-    #: local[2], its ratio to the default reader's (``stream_only_changes_per_s``), and the process tree's peak
-    spark_reader_stream_only_changes_per_s: float
+    #: ``stream.kafka_reader: lakesync`` (lakesync's Python source, the former default) on the same topics:
+    #: stream-only rate on local[2] and the process tree's peak; the default reader's rate over it
+    lakesync_reader_stream_only_changes_per_s: float
+    lakesync_reader_peak_rss_mb: float
     spark_reader_vs_lakesync_reader: float
-    spark_reader_peak_rss_mb: float
 
 
 class RssSampler(threading.Thread):
@@ -396,10 +397,9 @@ def measure_freshness(stack: DevStack, pipeline: Pipeline, spark: Any, seconds: 
     return freshness(load.ticks, watcher.visible), made, made / load_seconds
 
 
-def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int, *,
-                    executor_tasks: bool = True) -> tuple[float, int, float]:
-    """Stream-only throughput (and batches, and unless ``executor_tasks`` is off the executors' part of lakesync's
-    reader alone) in a Spark session with ``master`` (its own session: the core count is fixed
+def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int
+                    ) -> tuple[float, int, float]:
+    """Stream-only throughput (and batches, and the executors' part alone) in a Spark session with ``master`` (its own session: the core count is fixed
     when the SparkContext starts). A few small continuous-mode batches on a copy (``warm_up``) first, so
     the figure is the stream's rate, not the JVM's and the Python workers' start-up. The warm-up batches
     are small so that stopping it leaves no cancelled task's Python worker still busy in the timed run."""
@@ -410,7 +410,7 @@ def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes:
     try:
         run_stream(warm_up, once=False, spark=spark, timeout_seconds=10)
         rate, batches = stream_only(pipeline, spark, changes)
-        return rate, batches, executor_tasks_rate(pipeline, spark, changes) if executor_tasks else float("nan")
+        return rate, batches, executor_tasks_rate(pipeline, spark, changes)
     finally:
         spark.stop()
 
@@ -490,13 +490,12 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         log.info("stream alone, 2 cores: %.0f changes/s (executor tasks alone %.0f/s)", stream_rate, tasks_rate)
         stream_rate_1, _, tasks_rate_1 = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
         log.info("stream alone, 1 core: %.0f changes/s (executor tasks alone %.0f/s)", stream_rate_1, tasks_rate_1)
-        spark_reader = {"kafka_reader": "spark"}
-        spark_reader_peak, _, _ = _stream_process_peak_rss(phase("rss-spark", **spark_reader), generated)
-        spark_reader_rate, _, _ = _stream_only_on("local[2]", phase("stream2-spark", **spark_reader),
-                                               phase("warm2-spark", **spark_reader, **warm), generated,
-                                               executor_tasks=False)
-        log.info("stream alone with Spark's Kafka reader, 2 cores: %.0f changes/s; process tree peak RSS %.0f MB",
-                 spark_reader_rate, spark_reader_peak)
+        former = {"kafka_reader": "lakesync"}
+        former_peak, _, _ = _stream_process_peak_rss(phase("rss-lakesync", **former), generated)
+        former_rate, _, _ = _stream_only_on("local[2]", phase("stream2-lakesync", **former),
+                                            phase("warm2-lakesync", **former, **warm), generated)
+        log.info("stream alone with lakesync's Kafka reader, 2 cores: %.0f changes/s; process tree peak RSS %.0f MB",
+                 former_rate, former_peak)
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
         pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
@@ -550,9 +549,9 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         merge_cost_growth=merge,
         load_average=[round(x, 2) for x in os.getloadavg()],
         broker_peak_rss_mb=round(broker.stop(), 1),
-        spark_reader_stream_only_changes_per_s=round(spark_reader_rate, 1),
-        spark_reader_vs_lakesync_reader=round(spark_reader_rate / stream_rate, 3),
-        spark_reader_peak_rss_mb=round(spark_reader_peak, 1),
+        lakesync_reader_stream_only_changes_per_s=round(former_rate, 1),
+        lakesync_reader_peak_rss_mb=round(former_peak, 1),
+        spark_reader_vs_lakesync_reader=round(stream_rate / former_rate, 3),
     )
 
 
@@ -574,6 +573,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"stream alone (local[2]):  {result.stream_only_changes_per_s:,.0f} changes/s in "
               f"{result.stream_only_batches} batches of <= {result.batch_bound}; "
               f"{result.stream_vs_relay:.2f}x the relay (target >= 1.0)")
+        print(f"lakesync's Kafka reader:  {result.lakesync_reader_stream_only_changes_per_s:,.0f} changes/s alone on "
+              f"local[2] (Spark's reader {result.spark_reader_vs_lakesync_reader:.2f}x that), peak RSS "
+              f"{result.lakesync_reader_peak_rss_mb:.0f} MB")
         print(f"executor scaling:         {result.executor_scaling:.2f} (local[2] / local[1], target >= 1.5)")
         print(f"executor tasks alone:     {result.executor_tasks_changes_per_s:,.0f} changes/s on local[2], "
               f"{result.executor_tasks_scaling:.2f} x local[1] (read, decode, reduce; no driver, no Delta)")

@@ -69,11 +69,15 @@ def stream_only(pipeline: Pipeline, spark: Any, changes: int) -> tuple[float, in
 
 
 def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
-    """Changes/s of the executors' part alone: the stream's own tasks (read, decode and reduce each offset
-    range, :func:`lakesync.stream.reduce.read_and_reduce`) over the whole of the pipeline's pre-filled
-    table topics, cut into one range per executor core as the stream cuts them; no driver work, no Delta.
-    Its ratio between ``local[2]`` and ``local[1]`` says how the work that runs on the executors scales."""
+    """Changes/s of the executors' part alone: the stream's own tasks (read, decode and reduce) over the
+    whole of the pipeline's pre-filled table topics, cut into one range per executor core as the stream cuts
+    them; no driver work, no Delta. Its ratio between ``local[2]`` and ``local[1]`` says how the work that
+    runs on the executors scales. Each reader's tasks: :func:`_spark_reader_tasks_rate`, or lakesync's
+    (:func:`lakesync.stream.reduce.read_and_reduce` over each offset range)."""
     from functools import partial
+
+    if pipeline.stream.kafka_reader == "spark":
+        return _spark_reader_tasks_rate(pipeline, spark, changes)
 
     from lakesync.kafka.config import KafkaSourceOptions
     from lakesync.kafka.offsets import earliest_offsets, end_offsets, list_partitions, offset_consumer
@@ -162,3 +166,28 @@ def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_second
         relay_throttled_s=round(relay.backpressure.throttled_seconds, 1),
         delta_rows_match_source=rows_match(pipeline),
     )
+
+
+def _spark_reader_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
+    """Spark's Kafka source read as a batch over the same topics (first to last record, ``minPartitions`` one
+    per core, as the stream's query asks) and the stream's decode and reduce in each task
+    (:func:`lakesync.stream.reduce.reduce_arrow` through ``mapInArrow``), nothing collected."""
+    from functools import partial
+
+    from lakesync.core.connections import kafka_client_config
+    from lakesync.kafka.spark_options import stream_options
+    from lakesync.stream.app import BatchApplier, streamed_tables
+    from lakesync.stream.reduce import CHUNK_SCHEMA, INPUT_COLUMNS, reduce_arrow, run_records_on_executors
+
+    tables = streamed_tables(pipeline)
+    options = {**stream_options(kafka_client_config(pipeline), [t.topic for t in tables]),
+               "startingOffsets": "earliest", "endingOffsets": "latest",
+               "minPartitions": str(spark.sparkContext.defaultParallelism)}
+    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", run_records_on_executors,
+                        read_from_handoffs=True).plan({})
+    tasks = (spark.read.format("kafka").options(**options).load().select(*INPUT_COLUMNS)
+             .mapInArrow(partial(reduce_arrow, plan), CHUNK_SCHEMA))
+    tasks.count()  # once to start the Python workers and fill the broker's caches, as a running stream has
+    began = time.perf_counter()
+    tasks.count()
+    return changes / (time.perf_counter() - began)

@@ -147,12 +147,12 @@ class Stream(_Strict):
         "\"A table created after the load\"); false: status names it with the command that loads it, and nothing "
         "loads a table by itself.",
     )
-    kafka_reader: Literal["lakesync", "spark"] = Field(
-        default="lakesync",
-        description="How the stream reads Kafka: lakesync's Python data source (tasks read their offset ranges "
-        "with confluent-kafka) or Spark's own Kafka source (spark-sql-kafka-0-10, in the JVM); both feed the same "
-        "decode. Changing it moves the stream's checkpoint aside and goes on at its committed offsets "
-        "(docs/stream.md, \"Kafka readers\").",
+    kafka_reader: Literal["spark", "lakesync"] = Field(
+        default="spark",
+        description="How the stream reads Kafka: Spark's own Kafka source (spark-sql-kafka-0-10, in the JVM) or "
+        "lakesync's Python data source (tasks read their offset ranges with confluent-kafka; the former default, "
+        "kept as a fallback); both feed the same decode. Changing it moves the stream's checkpoint aside and goes "
+        "on at its committed offsets (docs/stream.md, \"Kafka readers\").",
     )
 
 

@@ -1,14 +1,16 @@
 """Which Kafka reader a stream's checkpoint belongs to, and moving a stream from one reader to the other.
 
-``stream.kafka_reader`` picks how the stream reads its topics: ``lakesync`` (the default: lakesync's Python
-data source, :mod:`lakesync.kafka.spark_source`, whose tasks read their offset ranges with confluent-kafka)
-or ``spark`` (Spark's own Kafka source, ``spark-sql-kafka-0-10``, reading in the JVM). Both hand the same
+``stream.kafka_reader`` picks how the stream reads its topics: ``spark`` (the default: Spark's own Kafka
+source, ``spark-sql-kafka-0-10``, reading in the JVM) or ``lakesync`` (the former default, kept as a fallback:
+lakesync's Python data source, :mod:`lakesync.kafka.spark_source`, whose tasks read their offset ranges
+with confluent-kafka). Both hand the same
 records to the same decode and reduce (:mod:`lakesync.stream.reduce`), but a Spark checkpoint belongs to
 the source that wrote it: its offsets log is in the source's own format, and Spark refuses a query whose
 source changed. So the reader is recorded in the checkpoint (:data:`READER_FILE`; a checkpoint without the
 file was written before the choice existed, by ``lakesync``), and when the setting names the other reader
 the checkpoint is moved aside and a new one starts at exactly the offsets the old one had committed
-(:func:`switch_reader`), and again at every start until the new one commits its first batch (its own
+(:func:`switch_reader`): a pipeline upgraded from a lakesync without the setting moves to Spark's reader
+this way at its first stream run, and again at every start until the new one commits its first batch (its own
 offsets rule from then on). Nothing is read twice or skipped: the offsets of a committed batch are the next
 records to read. A planned batch that was never committed (a crash in it) is refused: its Delta commits
 may be done, and only its own checkpoint can tell its replay is the same work (the sink's app transaction

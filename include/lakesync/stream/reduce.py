@@ -241,7 +241,7 @@ _CHUNK_FIELDS: list[pa.Field] = [pa.field("kind", pa.string()), pa.field("name",
 _CHUNK_ARROW = pa.schema(_CHUNK_FIELDS)
 
 
-def _reduce_arrow(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def reduce_arrow(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: one task's Kafka records (one topic-partition range) in, chunks out."""
     for kind, name, changes, data in reduce_partition(plan, batches):
         yield pa.RecordBatch.from_pydict({"kind": [kind], "name": [name], "changes": [changes], "data": [data]},
@@ -252,7 +252,7 @@ def _reduce_arrow(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Iterat
 def run_records_on_executors(batch_df, plan: ReducePlan) -> ReducedBatch:
     """Decode and reduce a micro-batch of Spark's Kafka source (its records, ``includeHeaders``) on the
     executors, one task per topic-partition range; collect the result."""
-    chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(_reduce_arrow, plan), CHUNK_SCHEMA).collect()
+    chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(reduce_arrow, plan), CHUNK_SCHEMA).collect()
     return reduced_batch(((row.kind, row.name, row.changes, row.data) for row in chunks), plan.decode)
 
 
