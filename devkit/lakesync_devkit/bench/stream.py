@@ -15,7 +15,8 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
    continuous mode (0.5 s trigger), per change from its COMMIT to the first Delta version holding it;
-7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`).
+7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`);
+8. ``concurrent_merge``: five tables' MERGEs at once over one by one (:mod:`lakesync_devkit.bench.concurrent_merge`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from lakesync.core.connections import mysql_connection
 from lakesync.core.errors import LakesyncError
 from lakesync.core.identifiers import quote_identifier
 from lakesync.source.server_checks import current_position
+from lakesync_devkit.bench.concurrent_merge import concurrent_merge_ratio
 from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb
 from lakesync_devkit.bench.merge_cost import merge_cost_growth
 from lakesync_devkit.bench.relay import raw_decode
@@ -108,6 +110,8 @@ class StreamBenchResult:
     lakesync_reader_stream_only_changes_per_s: float
     lakesync_reader_peak_rss_mb: float
     spark_reader_vs_lakesync_reader: float
+    #: five tables changed in one micro-batch: their MERGEs at once (stream.merge_threads) over one by one
+    concurrent_merge: dict[str, Any]
 
 
 class RssSampler(threading.Thread):
@@ -513,6 +517,8 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
             relay_thread.join(30)
         spark.stop()
         merge = merge_cost_growth(work / "merge", merge_rows) if merge_rows else None
+        concurrent = concurrent_merge_ratio(work / "concurrent", threads=base.stream.merge_threads)
+        log.info("five tables' MERGEs at once over one by one: %s", concurrent)
     finally:
         with stack.mariadb.connect() as root, root.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
@@ -552,6 +558,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         lakesync_reader_stream_only_changes_per_s=round(former_rate, 1),
         lakesync_reader_peak_rss_mb=round(former_peak, 1),
         spark_reader_vs_lakesync_reader=round(stream_rate / former_rate, 3),
+        concurrent_merge=concurrent,
     )
 
 
@@ -581,6 +588,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{result.executor_tasks_scaling:.2f} x local[1] (read, decode, reduce; no driver, no Delta)")
         print(f"backpressure:             {result.backpressure}")
         print(f"merge cost growth:        {result.merge_cost_growth}")
+        print(f"concurrent MERGEs:        {result.concurrent_merge['ratio']:.2f} of one by one for "
+              f"{result.concurrent_merge['tables']} tables (target <= 0.6)")
         print(f"load average:             {result.load_average}")
         print(f"freshness at {result.freshness_load_changes_per_s:,.0f} changes/s: p50 {result.freshness_p50_s:.2f} s, "
               f"p99 {result.freshness_p99_s:.2f} s (target p99 <= 2 s)")

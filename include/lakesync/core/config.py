@@ -147,6 +147,11 @@ class Stream(_Strict):
         "\"A table created after the load\"); false: status names it with the command that loads it, and nothing "
         "loads a table by itself.",
     )
+    merge_threads: int = Field(
+        default=4, ge=1,
+        description="The MERGEs of the tables one micro-batch changed run this many at once (each table is its "
+        "own Delta table; delta-rs works outside the GIL); 1: one after another.",
+    )
     kafka_reader: Literal["spark", "lakesync"] = Field(
         default="spark",
         description="How the stream reads Kafka: Spark's own Kafka source (spark-sql-kafka-0-10, in the JVM) or "

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesync.core import errors
+from lakesync.core.concurrency import run_concurrently
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import kafka_client_config
 from lakesync.core.errors import ConfigError, LakesyncError, SchemaChangeError
@@ -66,6 +67,8 @@ from lakesync.stream.topic_identity import check_topic_identity, topic_ids
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
     from pyspark.sql import DataFrame
+
+    from lakesync.sink import ApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +232,7 @@ class BatchApplier:
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before,
                       handoffs, handoffs if self.read_from_handoffs else {})
         self._record_skipped(batch, stop_before)
-        for table_name, reduced in batch.tables.items():
-            if not self._stopped(table_name):
-                self._apply(table_name, reduced, batch_id)
+        self._apply(batch.tables, batch_id)
         for table_name, table_fills in fills.items():
             if not self._stopped(table_name) and table_name not in stop_at:
                 for ddl_key, values in table_fills:  # after the MERGE: rows changed before the DDL get it too
@@ -448,17 +449,36 @@ class BatchApplier:
                 stops[table_name] = min(found, key=lambda stop: stop.key)
         return stops
 
-    def _apply(self, table_name: str, reduced: ReducedTable, batch_id: int) -> None:
-        changes, count = reduced.rows, reduced.changes
-        if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
-            changes = changes.filter(pc.greater(changes.column(POS), pa.scalar(self._table(table_name).handoff_key)))
-            count = changes.num_rows
-        if not changes.num_rows:
-            return
+    def _apply(self, tables: dict[str, ReducedTable], batch_id: int) -> None:
+        """One versioned MERGE per table not stopped, up to ``stream.merge_threads`` tables at once, then each
+        outcome recorded in table order (progress, summary, a table stopped by its schema)."""
+        work = []
+        for table_name, reduced in tables.items():
+            if self._stopped(table_name):
+                continue
+            changes, count = reduced.rows, reduced.changes
+            if self.sinks[table_name].semantics == "append_log":  # no position rule: drop what the load holds
+                changes = changes.filter(pc.greater(changes.column(POS),
+                                                    pa.scalar(self._table(table_name).handoff_key)))
+                count = changes.num_rows
+            if changes.num_rows:
+                work.append((table_name, changes, count))
+        outcomes = run_concurrently([partial(self._merge, name, changes, batch_id) for name, changes, _ in work],
+                                    threads=self.pipeline.stream.merge_threads)
+        for (table_name, changes, count), outcome in zip(work, outcomes, strict=True):
+            self._record(table_name, changes, count, outcome, batch_id)
+
+    def _merge(self, table_name: str, changes: pa.Table, batch_id: int) -> ApplyResult | SchemaChangeError:
+        """One table's MERGE (in a worker thread); a change its schema can't take comes back as the error."""
         try:
-            result = self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
+            return self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
         except SchemaChangeError as exc:
-            self._stop(table_name, str(exc), batch_id, at=pc.min(changes.column(POS)).as_py())
+            return exc
+
+    def _record(self, table_name: str, changes: pa.Table, count: int, result: ApplyResult | SchemaChangeError,
+                batch_id: int) -> None:
+        if isinstance(result, SchemaChangeError):
+            self._stop(table_name, str(result), batch_id, at=pc.min(changes.column(POS)).as_py())
             return
         if result.skipped:  # the same work, replayed after a crash before Spark's checkpoint: counted already
             log.info("table %s: batch %d was already committed to Delta with the same changes; skipped",
