@@ -79,3 +79,47 @@ def test_changing_the_kafka_reader_goes_on_at_the_committed_offsets_reading_noth
     assert [changes for changes, _ in applied] == [made for _, made in applied]  # each run: its own changes only
     kept = sorted(p.name.split("-reader-")[0] for p in checkpoint_dir(pipeline).parent.glob("*-reader-*"))
     assert kept == [f"{checkpoint_dir(pipeline).name}.{reader}" for reader in ("lakesync", "spark")], kept  # each old checkpoint kept whole
+
+
+def test_a_trimmed_topic_new_to_the_checkpoint_starts_at_its_tables_handoff_with_sparks_reader(
+        stack, broker, mariadb, fresh_database, spark, tmp_path, monkeypatch):
+    """Spark's Kafka source refuses a partition new to a running checkpoint whose log no longer starts at 0;
+    the stream starts a checkpoint that carries the old one's offsets instead, the new topic at its handoff."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    for key, value in stack.connection_env().items():
+        monkeypatch.setenv(key, value)
+    database = fresh_database
+    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        for table in ("accounts", "other"):
+            cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
+                        "amount DECIMAL(12,2) NULL)")
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
+    prefix = f"kt{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}"
+    pipeline = _pipeline(tmp_path, database, "spark", prefix)
+    FullLoad(pipeline).run()
+    _changes(mariadb, database, 1000)
+    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE other SET v = 'before its reload' WHERE id < 20")
+    _relay(pipeline)
+    run_stream(pipeline, once=True, spark=spark, tables=["accounts"])  # the checkpoint never reads `other`
+
+    FullLoad(pipeline, tables=["other"], restart=True).run()  # its handoff is now after every record of its topic
+    topic = pipeline.topic("other")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # the oldest records go (retention would do the same); records before the new handoff remain
+    trimmed = admin.delete_records([TopicPartition(topic, 0, 5)])[TopicPartition(topic, 0, 5)].result(30)
+    assert trimmed.low_watermark == 5
+    made = _changes(mariadb, database, 2000)
+    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE other SET v = 'after its reload' WHERE id BETWEEN 50 AND 59")
+        cur.execute("DELETE FROM other WHERE id = 60")
+    _relay(pipeline)
+    summary = run_stream(pipeline, once=True, spark=spark)
+
+    assert summary.tables == {"accounts": made, "other": 11}  # nothing read twice, nothing before the handoff
+    kept = list(checkpoint_dir(pipeline).parent.glob("*.spark-reader-*"))
+    assert len(kept) == 1, kept  # the checkpoint that never read `other`, kept whole
+    with mariadb.connect(database=database) as conn:
+        assert_tables_match(conn, database, {t: pipeline.delta.table_uri(t) for t in ("accounts", "other")})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -33,6 +34,7 @@ def test_the_first_failure_is_raised_after_every_task_ran() -> None:
 
     def slow() -> str:
         release.wait(10)
+        time.sleep(0.2)  # still running well after the failure: the caller must wait for it
         finished.append("b")
         return "b"
 

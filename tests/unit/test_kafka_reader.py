@@ -1,5 +1,6 @@
-"""A stream's checkpoint belongs to the Kafka reader that wrote it; changing ``stream.kafka_reader`` moves it
-aside and carries its committed offsets over, or refuses while a batch is planned and not committed."""
+"""A stream's checkpoint belongs to the Kafka reader that wrote it. A new checkpoint carries an old one's
+committed offsets when the reader changes, or when Spark's reader meets topics its checkpoint never read; it is
+refused only while the old one holds a batch a Delta table recorded and the checkpoint never committed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from lakesync.core.errors import ConfigError
-from lakesync.stream.kafka_reader import READER_FILE, checkpoint_reader, record_reader, switch_reader
+from lakesync.stream.kafka_reader import (
+    CARRIED_FILE,
+    READER_FILE,
+    checkpoint_reader,
+    prepare_checkpoint,
+    record_reader,
+)
 
 
 def _batch(checkpoint: Path, batch_id: int, offsets: dict[str, dict[str, int]], *, committed: bool) -> None:
@@ -21,13 +28,18 @@ def _batch(checkpoint: Path, batch_id: int, offsets: dict[str, dict[str, int]], 
         (checkpoint / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
 
+def _prepare(checkpoint: Path, reader: str, *, new_topics: bool = False, written: bool = False):
+    return prepare_checkpoint(checkpoint, reader, pipeline="p", reads_new_topics=new_topics,
+                              batch_written=lambda path, batch: written)
+
+
 def test_a_checkpoint_with_no_planned_batch_has_no_reader_yet_and_an_unmarked_one_is_lakesyncs(tmp_path) -> None:
     checkpoint = tmp_path / "checkpoint"
     assert checkpoint_reader(checkpoint) is None
     _batch(checkpoint, 0, {"t": {"0": 3}}, committed=True)
     assert checkpoint_reader(checkpoint) == "lakesync"  # written before the reader was recorded
-    assert switch_reader(checkpoint, "lakesync", pipeline="p") is None
-    assert checkpoint.is_dir()
+    assert _prepare(checkpoint, "lakesync") is None
+    assert (checkpoint / "commits" / "0").exists()  # left in place
 
 
 def test_the_recorded_reader_is_kept_once_written(tmp_path) -> None:
@@ -42,7 +54,7 @@ def test_changing_readers_moves_the_checkpoint_aside_and_carries_its_committed_o
     checkpoint = tmp_path / "checkpoint"
     _batch(checkpoint, 0, {"t": {"0": 3}, "s": {"0": 1}}, committed=True)
     _batch(checkpoint, 1, {"t": {"0": 9, "1": 4}, "s": {"0": 2}}, committed=True)
-    carried = switch_reader(checkpoint, "spark", pipeline="p")
+    carried = _prepare(checkpoint, "spark")
     assert carried is not None
     assert carried.offsets == {("t", 0): 9, ("t", 1): 4, ("s", 0): 2}
     assert carried.old_checkpoint.name.startswith("checkpoint.lakesync-reader-")
@@ -51,19 +63,56 @@ def test_changing_readers_moves_the_checkpoint_aside_and_carries_its_committed_o
 
     # stopped before the new checkpoint's first commit: it starts at the same offsets again
     _batch(checkpoint, 0, {"t": {"0": 12, "1": 4}, "s": {"0": 2}}, committed=False)
-    again = switch_reader(checkpoint, "spark", pipeline="p")
-    assert again == carried
+    assert _prepare(checkpoint, "spark") == carried
     _batch(checkpoint, 0, {"t": {"0": 12, "1": 4}, "s": {"0": 2}}, committed=True)
-    assert switch_reader(checkpoint, "spark", pipeline="p") is None  # from now on its own offsets
+    assert _prepare(checkpoint, "spark") is None  # from now on its own offsets
 
 
-def test_a_planned_batch_never_committed_refuses_the_change_and_moves_nothing(tmp_path) -> None:
+def test_switching_back_before_the_new_checkpoints_first_commit_keeps_the_original_offsets(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    _batch(checkpoint, 0, {"t": {"0": 9}}, committed=True)
+    first = _prepare(checkpoint, "spark")
+    assert first is not None
+    _batch(checkpoint, 0, {"t": {"0": 15}}, committed=False)  # Spark's first batch planned, then it failed
+    back = _prepare(checkpoint, "lakesync")  # the documented fallback, before Spark's reader committed anything
+    assert back is not None and back.offsets == {("t", 0): 9}
+    assert back.old_checkpoint == first.old_checkpoint  # the origin handed on, not the empty Spark checkpoint
+    assert checkpoint_reader(checkpoint) == "lakesync"
+
+
+def test_a_batch_in_flight_that_delta_recorded_refuses_the_move_and_changes_nothing(tmp_path) -> None:
     checkpoint = tmp_path / "checkpoint"
     record_reader(checkpoint, "spark")
     _batch(checkpoint, 0, {"t": {"0": 3}}, committed=True)
     _batch(checkpoint, 1, {"t": {"0": 7}}, committed=False)
     with pytest.raises(ConfigError) as refused:
-        switch_reader(checkpoint, "lakesync", pipeline="p")
-    assert "batch 1" in refused.value.message and "not committed" in refused.value.message
-    assert "set stream.kafka_reader back to 'spark'" in (refused.value.hint or "")
+        _prepare(checkpoint, "lakesync", written=True)
+    assert "batch 1" in refused.value.message and "never committed" in refused.value.message
+    assert "'spark'" in (refused.value.hint or "")
     assert (checkpoint / "offsets" / "1").exists()
+    # the same batch that no Delta table recorded (it failed before writing) is carried over from batch 0's end
+    carried = _prepare(checkpoint, "lakesync", written=False)
+    assert carried is not None and carried.offsets == {("t", 0): 3}
+
+
+def test_spark_reader_meeting_topics_its_checkpoint_never_read_starts_a_carrying_checkpoint(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    record_reader(checkpoint, "spark")
+    _batch(checkpoint, 0, {"t": {"0": 3}}, committed=True)
+    assert _prepare(checkpoint, "spark") is None  # same topics: resumes in place
+    carried = _prepare(checkpoint, "spark", new_topics=True)
+    assert carried is not None and carried.offsets == {("t", 0): 3}
+    assert carried.old_checkpoint.name.startswith("checkpoint.spark-reader-")
+
+
+def test_a_move_interrupted_between_its_renames_is_finished_at_the_next_start(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    _batch(checkpoint, 0, {"t": {"0": 4}}, committed=True)
+    moved = tmp_path / "checkpoint.lakesync-reader-x"
+    prepared = tmp_path / "checkpoint.next"
+    prepared.mkdir()
+    (prepared / CARRIED_FILE).write_text(str(moved))
+    (prepared / READER_FILE).write_text("spark")
+    checkpoint.rename(moved)  # the crash came before the second rename
+    carried = _prepare(checkpoint, "spark")
+    assert carried is not None and carried.offsets == {("t", 0): 4} and not prepared.exists()

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from lakesync.core.errors import ConfigError
-from lakesync.kafka.spark_options import java_client_settings, source_options, stream_options
+from lakesync.kafka.spark_options import client_options, java_client_settings, stream_options
 
 
 def test_plain_settings_keep_their_names_and_librdkafka_only_ones_are_left_out() -> None:
@@ -16,8 +16,8 @@ def test_plain_settings_keep_their_names_and_librdkafka_only_ones_are_left_out()
     assert settings == {"bootstrap.servers": "b:9092", "client.id": "c"}
 
 
-def test_source_options_are_prefixed_and_read_committed_records_only() -> None:
-    assert source_options({"bootstrap.servers": "b:9092"}) == {"kafka.bootstrap.servers": "b:9092",
+def test_client_options_are_prefixed_and_read_committed_records_only() -> None:
+    assert client_options({"bootstrap.servers": "b:9092"}) == {"kafka.bootstrap.servers": "b:9092",
                                                                "kafka.isolation.level": "read_committed"}
 
 
@@ -68,3 +68,10 @@ def test_the_stream_reads_exactly_its_topics_by_pattern_with_headers_and_fails_o
         True, True, False, False, False]
     assert options["includeHeaders"] == "true" and options["failOnDataLoss"] == "true"
     assert options["kafka.isolation.level"] == "read_committed" and "subscribe" not in options
+
+
+def test_librdkafkas_none_host_name_check_is_the_java_clients_empty_string() -> None:
+    assert java_client_settings({"bootstrap.servers": "b", "ssl.endpoint.identification.algorithm": "none"})[
+        "ssl.endpoint.identification.algorithm"] == ""
+    assert java_client_settings({"bootstrap.servers": "b", "ssl.endpoint.identification.algorithm": "https"})[
+        "ssl.endpoint.identification.algorithm"] == "https"

@@ -4,8 +4,8 @@ A pipeline's Kafka settings are librdkafka's (the relay and every confluent-kafk
 source runs the Java client, whose settings are named differently for the same things. This module turns
 the first into the second (``kafka.``-prefixed, as Spark wants them):
 
-* ``bootstrap.servers``, ``security.protocol``, ``client.id``, ``ssl.endpoint.identification.algorithm``:
-  the same names;
+* ``bootstrap.servers``, ``security.protocol``, ``client.id``: the same names;
+  ``ssl.endpoint.identification.algorithm`` too, but librdkafka's ``none`` is the Java client's ``""``;
 * ``sasl.mechanism(s)`` -> ``sasl.mechanism``; ``sasl.username`` + ``sasl.password`` -> ``sasl.jaas.config``
   (PLAIN or SCRAM's login module);
 * ``ssl.ca.location`` (a PEM file) -> ``ssl.truststore.type=PEM`` + ``ssl.truststore.location``;
@@ -26,8 +26,7 @@ from pathlib import Path
 from lakesync.core.errors import ConfigError
 
 #: librdkafka settings with the same name and meaning in the Java client.
-_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.endpoint.identification.algorithm",
-         "ssl.key.password", "sasl.kerberos.service.name")
+_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.key.password", "sasl.kerberos.service.name")
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -45,7 +44,10 @@ def java_client_settings(client: Mapping[str, str]) -> dict[str, str]:
     if not settings.get("bootstrap.servers"):
         raise ConfigError("the stream needs the broker address: bootstrap.servers is not set",
                           hint="set kafka.conn_id or kafka.bootstrap_servers in the pipeline")
-    mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms")
+    if (algorithm := client.get("ssl.endpoint.identification.algorithm")) is not None:
+        # librdkafka's "none" turns the host name check off; the Java client's word for that is ""
+        settings["ssl.endpoint.identification.algorithm"] = "" if algorithm.lower() == "none" else algorithm
+    mechanism = (client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "").upper()
     if mechanism:
         settings["sasl.mechanism"] = mechanism
         username, password = client.get("sasl.username"), client.get("sasl.password")
@@ -74,7 +76,7 @@ def java_client_settings(client: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
-def source_options(client: Mapping[str, str]) -> dict[str, str]:
+def client_options(client: Mapping[str, str]) -> dict[str, str]:
     """``kafka.``-prefixed options for ``spark.readStream.format("kafka")``, reading committed records only."""
     options = {f"kafka.{name}": value for name, value in java_client_settings(client).items()}
     options["kafka.isolation.level"] = "read_committed"
@@ -90,5 +92,5 @@ def stream_options(client: Mapping[str, str], topics: list[str]) -> dict[str, st
     table's topic is created by the relay at the table's first change. A topic that appears later is read
     from its first record, as lakesync's source does."""
     pattern = "^(" + "|".join(re.escape(topic) for topic in topics) + ")$"
-    return {**source_options(client), "subscribePattern": pattern, "includeHeaders": "true",
+    return {**client_options(client), "subscribePattern": pattern, "includeHeaders": "true",
             "failOnDataLoss": "true"}

@@ -52,6 +52,8 @@ SPARK_DEFAULTS = {
     "spark.python.worker.reuse": "true",
     # Delta rebuilds a table's state with this many tasks; its default (50) is for big clusters.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # Source options shown in plans and the UI: the Kafka client's JAAS login and PEM key too, not only URLs.
+    "spark.sql.redaction.options.regex": "(?i)url|jaas|keystore|password|secret|token",
     # Tables lakesync creates mark changed rows instead of rewriting files (deletion vectors).
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
 }

@@ -45,8 +45,13 @@ from lakesync.stream.consumed import ConsumedMarks
 from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
-from lakesync.stream.kafka_reader import CarriedOffsets, record_reader, switch_reader
-from lakesync.stream.lag import planned_offsets
+from lakesync.stream.kafka_reader import (
+    CarriedOffsets,
+    batch_in_flight_written,
+    prepare_checkpoint,
+    record_reader,
+)
+from lakesync.stream.lag import committed_offsets, planned_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, departed, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import (
@@ -450,8 +455,9 @@ class BatchApplier:
         return stops
 
     def _apply(self, tables: dict[str, ReducedTable], batch_id: int) -> None:
-        """One versioned MERGE per table not stopped, up to ``stream.merge_threads`` tables at once, then each
-        outcome recorded in table order (progress, summary, a table stopped by its schema)."""
+        """One versioned MERGE per table not stopped, up to ``stream.merge_threads`` tables at once, each to its
+        end; then the outcomes in table order (progress, summary, a table stopped by its schema), and the first
+        failure raised after the tables that committed are counted (the batch's replay skips them)."""
         work = []
         for table_name, reduced in tables.items():
             if self._stopped(table_name):
@@ -466,13 +472,19 @@ class BatchApplier:
         outcomes = run_concurrently([partial(self._merge, name, changes, batch_id) for name, changes, _ in work],
                                     threads=self.pipeline.stream.merge_threads)
         for (table_name, changes, count), outcome in zip(work, outcomes, strict=True):
-            self._record(table_name, changes, count, outcome, batch_id)
+            if not isinstance(outcome, Exception) or isinstance(outcome, SchemaChangeError):
+                self._record(table_name, changes, count, outcome, batch_id)
+        failure = next((o for o in outcomes if isinstance(o, Exception) and not isinstance(o, SchemaChangeError)),
+                       None)
+        if failure is not None:
+            self.progress.save(self.pipeline.pipeline_state_dir)  # what did commit is counted once
+            raise failure
 
-    def _merge(self, table_name: str, changes: pa.Table, batch_id: int) -> ApplyResult | SchemaChangeError:
-        """One table's MERGE (in a worker thread); a change its schema can't take comes back as the error."""
+    def _merge(self, table_name: str, changes: pa.Table, batch_id: int) -> ApplyResult | Exception:
+        """One table's MERGE (in a worker thread); whatever it raised comes back as the outcome."""
         try:
             return self.sinks[table_name].apply_changes(changes, app_id=self.app_id, batch_version=batch_id)
-        except SchemaChangeError as exc:
+        except Exception as exc:  # judged by _apply once every table's MERGE has ended
             return exc
 
     def _record(self, table_name: str, changes: pa.Table, count: int, result: ApplyResult | SchemaChangeError,
@@ -532,7 +544,17 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     client = kafka_client_config(pipeline)
     checkpoint = checkpoint_dir(pipeline)
     reader = pipeline.stream.kafka_reader
-    carried = switch_reader(checkpoint, reader, pipeline=pipeline.name)
+    batch_written = partial(_batch_written, pipeline)
+    read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
+    new_topics = bool(read) and any(t.topic not in read for t in selected)
+    if new_topics and reader == "spark" and batch_in_flight_written(checkpoint, batch_written):
+        # only this checkpoint can finish its batch in flight: the new tables wait for the next query
+        log.warning("tables %s join the stream at its next start: its checkpoint first finishes the batch it "
+                    "stopped in", ", ".join(t.name for t in selected if t.topic not in read))
+        selected, new_topics = [t for t in selected if t.topic in read], False
+        tables = [t.name for t in selected]  # as with --tables: no table joins in this query
+    carried = prepare_checkpoint(checkpoint, reader, pipeline=pipeline.name, reads_new_topics=new_topics,
+                                 batch_written=batch_written)
     fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
@@ -614,7 +636,6 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
     of each topic named, as Spark's Kafka source wants."""
     from lakesync.kafka.offsets import offset_consumer
     from lakesync.relay import covered_range
-    from lakesync.stream.lag import committed_offsets
 
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     consumer = offset_consumer(kafka_client_config(pipeline))
@@ -646,6 +667,20 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
         return offsets
     finally:
         consumer.close()
+
+
+def _batch_written(pipeline: Pipeline, checkpoint: Path, batch_id: int) -> bool:
+    """Whether any Delta table of ``pipeline`` recorded batch ``batch_id`` (or a later one) of the stream that
+    owns ``checkpoint`` (its app transaction); a checkpoint without its stream id counts as written."""
+    id_file = checkpoint / STREAM_ID_FILE
+    if not id_file.exists():
+        return True
+    app_id = f"lakesync-stream-{id_file.read_text().strip()}"
+    for table in streamed_tables(pipeline):
+        version = _sink(pipeline, table).committed_batch_version(app_id)
+        if version is not None and version >= batch_id:
+            return True
+    return False
 
 
 def _carried_offsets(pipeline: Pipeline, selected: list[StreamedTable], consumer: Consumer, carried: CarriedOffsets

@@ -1,31 +1,35 @@
-"""Which Kafka reader a stream's checkpoint belongs to, and moving a stream from one reader to the other.
+"""Which Kafka reader a stream's checkpoint belongs to, and starting a new checkpoint where an old one left off.
 
 ``stream.kafka_reader`` picks how the stream reads its topics: ``spark`` (the default: Spark's own Kafka
 source, ``spark-sql-kafka-0-10``, reading in the JVM) or ``lakesync`` (the former default, kept as a fallback:
 lakesync's Python data source, :mod:`lakesync.kafka.spark_source`, whose tasks read their offset ranges
-with confluent-kafka). Both hand the same
-records to the same decode and reduce (:mod:`lakesync.stream.reduce`), but a Spark checkpoint belongs to
-the source that wrote it: its offsets log is in the source's own format, and Spark refuses a query whose
-source changed. So the reader is recorded in the checkpoint (:data:`READER_FILE`; a checkpoint without the
-file was written before the choice existed, by ``lakesync``), and when the setting names the other reader
-the checkpoint is moved aside and a new one starts at exactly the offsets the old one had committed
-(:func:`switch_reader`): a pipeline upgraded from a lakesync without the setting moves to Spark's reader
-this way at its first stream run, and again at every start until the new one commits its first batch (its own
-offsets rule from then on). Nothing is read twice or skipped: the offsets of a committed batch are the next
-records to read. A planned batch that was never committed (a crash in it) is refused: its Delta commits
-may be done, and only its own checkpoint can tell its replay is the same work (the sink's app transaction
-carries the stream id, which a new checkpoint changes).
+with confluent-kafka). Both hand the same records to the same decode and reduce (:mod:`lakesync.stream.reduce`).
 
-Spark's source also differs in where a topic starts that is new to a checkpoint (a table that joined while
-the stream ran): at its first record, since its ``startingOffsets`` apply to a new checkpoint only. The
-changes before the table's handoff are then left out by position in the decode (``DecodePlan.read_from``),
-which is what starting the topic at the handoff offsets does for lakesync's source.
+A Spark checkpoint belongs to the source that wrote it (its offsets log is in the source's own format, and
+Spark refuses a query whose source changed), and Spark's Kafka source has two more limits: it applies
+``startingOffsets`` only to a new checkpoint, and it refuses a partition new to a running checkpoint whose
+log no longer starts at offset 0 (``failOnDataLoss``: "Added partition ... starts from N instead of 0"), which
+a table that joins with a trimmed topic meets. So a query that would meet either case starts a **new
+checkpoint that carries the old one's offsets** (:func:`prepare_checkpoint`): the old folder is moved aside
+whole, and the new one starts at exactly the old one's committed offsets (the next records to read: nothing
+read twice or skipped), each topic the old one never read at its table's handoff. The new checkpoint names
+the one it carries (:data:`CARRIED_FILE`), so every start uses those offsets until it commits its first batch,
+and a new checkpoint that never committed hands its origin on when it is moved itself (a switch back before the
+first commit loses nothing). The reader is recorded in the checkpoint (:data:`READER_FILE`; a checkpoint
+without it was written before the choice existed, by ``lakesync``).
+
+A planned batch the old checkpoint never committed (the stream stopped in it) can only be carried over when
+no Delta table recorded it: the new checkpoint is a new stream id, so the sink's same-work rule could not
+recognise its replay. The move is built as ``<checkpoint>.next`` first and put in place by renames, so a crash
+in the middle is finished at the next start.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,28 +40,30 @@ from lakesync.stream.lag import committed_offsets
 
 log = logging.getLogger(__name__)
 
-READERS = ("lakesync", "spark")
 READER_FILE = "lakesync_kafka_reader"
-#: in a checkpoint that replaced another reader's: where that one was moved (its offsets are the start)
+#: in a checkpoint that carries another one's offsets: where that one was moved
 CARRIED_FILE = "lakesync_carried_from"
 #: the reader of a checkpoint written before the reader was recorded
 FORMER_READER = "lakesync"
+#: whether a batch of the checkpoint at a path was committed to any Delta table (by its stream's app id)
+BatchWritten = Callable[[Path, int], bool]
 
 
 @dataclass(frozen=True)
 class CarriedOffsets:
-    """Where a stream that changed readers goes on: the old checkpoint's committed offsets, and where it is now."""
+    """Where a new checkpoint starts: the committed offsets of the one it carries, and where that one is."""
 
     offsets: dict[TP, int]
     old_checkpoint: Path
 
 
 def checkpoint_reader(checkpoint: Path) -> str | None:
-    """The reader that wrote ``checkpoint``, or None for a checkpoint with no planned batch (no reader yet)."""
+    """The reader recorded in ``checkpoint``; for one without the record, ``lakesync`` when it holds a planned
+    batch (written before the record existed) and None otherwise (nothing read yet)."""
     recorded = checkpoint / READER_FILE
     if recorded.exists():
         return recorded.read_text().strip()
-    return FORMER_READER if (checkpoint / "offsets").is_dir() and any((checkpoint / "offsets").iterdir()) else None
+    return FORMER_READER if _batches(checkpoint, "offsets") else None
 
 
 def record_reader(checkpoint: Path, reader: str) -> None:
@@ -72,15 +78,26 @@ def _batches(checkpoint: Path, kind: str) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
 
 
-def switch_reader(checkpoint: Path, reader: str, *, pipeline: str) -> CarriedOffsets | None:
-    """When ``checkpoint`` was written by the other reader, move it aside; while the new one has committed
-    no batch, return where it starts: the old one's committed offsets (None: nothing to carry over).
-
-    The old checkpoint's place is kept in the new one (:data:`CARRIED_FILE`), so a stream stopped before its
-    first commit starts at the same offsets again, not at the tables' handoffs."""
+def prepare_checkpoint(checkpoint: Path, reader: str, *, pipeline: str, reads_new_topics: bool,
+                       batch_written: BatchWritten) -> CarriedOffsets | None:
+    """Before a query starts: finish a move a crash interrupted; start a new checkpoint carrying this one's
+    offsets when it was written by the other reader, or when Spark's reader would meet topics it never read
+    (``reads_new_topics``; the caller leaves those out while :func:`batch_in_flight_written`); then, while the
+    checkpoint has committed no batch, the offsets it carries."""
+    _finish_interrupted_move(checkpoint)
     written_by = checkpoint_reader(checkpoint)
     if written_by is not None and written_by != reader:
-        _move_aside(checkpoint, written_by, reader, pipeline=pipeline)
+        _move_aside(checkpoint, reader, pipeline=pipeline, batch_written=batch_written,
+                    why=f"stream.kafka_reader is now {reader!r}, the checkpoint is the {written_by!r} reader's")
+    elif reader == "spark" and written_by == "spark" and reads_new_topics:
+        _move_aside(checkpoint, reader, pipeline=pipeline, batch_written=batch_written,
+                    why="the stream reads topics its checkpoint never read (Spark's Kafka source would start "
+                        "them at their first offset, or refuse a trimmed one)")
+    return carried_offsets(checkpoint)
+
+
+def carried_offsets(checkpoint: Path) -> CarriedOffsets | None:
+    """The offsets ``checkpoint`` starts at while it has committed no batch (None: it carries none)."""
     carried_from = checkpoint / CARRIED_FILE
     if not carried_from.exists() or _batches(checkpoint, "commits"):
         return None
@@ -89,19 +106,50 @@ def switch_reader(checkpoint: Path, reader: str, *, pipeline: str) -> CarriedOff
     return CarriedOffsets(offsets, old_checkpoint) if offsets else None
 
 
-def _move_aside(checkpoint: Path, written_by: str, reader: str, *, pipeline: str) -> None:
+def _next(checkpoint: Path) -> Path:
+    return checkpoint.with_name(f"{checkpoint.name}.next")
+
+
+def _finish_interrupted_move(checkpoint: Path) -> None:
+    """``<checkpoint>.next`` left by a crash: put in place when the old folder was already moved, else dropped
+    (the move is done again from the start)."""
+    prepared = _next(checkpoint)
+    if not prepared.exists():
+        return
+    if checkpoint.exists():
+        shutil.rmtree(prepared)
+    else:
+        prepared.rename(checkpoint)
+        log.warning("finished moving the stream's checkpoint aside (a crash interrupted it): %s", checkpoint)
+
+
+def batch_in_flight_written(checkpoint: Path, batch_written: BatchWritten) -> bool:
+    """Whether ``checkpoint`` holds a planned batch it never committed that a Delta table recorded (only this
+    checkpoint can replay it as the same work)."""
     planned, committed = _batches(checkpoint, "offsets"), _batches(checkpoint, "commits")
-    if planned and (not committed or committed[-1] < planned[-1]):
+    return bool(planned) and (not committed or committed[-1] < planned[-1]) and batch_written(checkpoint, planned[-1])
+
+
+def _move_aside(checkpoint: Path, reader: str, *, pipeline: str, batch_written: BatchWritten, why: str) -> None:
+    planned, committed = _batches(checkpoint, "offsets"), _batches(checkpoint, "commits")
+    if batch_in_flight_written(checkpoint, batch_written):
         raise ConfigError(
-            f"the stream of pipeline {pipeline!r} can't move to stream.kafka_reader {reader!r} now: its "
-            f"checkpoint {checkpoint} holds batch {planned[-1]}, planned by the {written_by!r} reader and not "
-            "committed (the stream stopped in it)",
-            hint=f"set stream.kafka_reader back to {written_by!r} and run the stream once (it finishes the "
-                 f"batch), then set it to {reader!r} again")
-    moved = checkpoint.with_name(f"{checkpoint.name}.{written_by}-reader-{time.strftime('%Y%m%dT%H%M%S')}")
+            f"the stream of pipeline {pipeline!r} can't start a new checkpoint now ({why}): batch {planned[-1]} "
+            f"of {checkpoint} was written to Delta and never committed in the checkpoint (the stream stopped in "
+            "it), and only that checkpoint can replay it as the same work",
+            hint=f"run the stream once with the checkpoint's own reader ({checkpoint_reader(checkpoint)!r}, "
+                 "stream.kafka_reader) and the same tables: it finishes the batch; then start it as you meant to")
+    # a checkpoint that never committed carries the offsets of the one it was started from
+    origin = checkpoint / CARRIED_FILE if not committed and (checkpoint / CARRIED_FILE).exists() else None
+    moved = checkpoint.with_name(f"{checkpoint.name}.{checkpoint_reader(checkpoint)}-reader-"
+                                 f"{time.strftime('%Y%m%dT%H%M%S')}")
+    carried_from = origin.read_text().strip() if origin is not None else str(moved)
+    prepared = _next(checkpoint)
+    shutil.rmtree(prepared, ignore_errors=True)
+    prepared.mkdir(parents=True)
+    write_text_atomically(prepared / CARRIED_FILE, carried_from)
+    write_text_atomically(prepared / READER_FILE, reader)
     checkpoint.rename(moved)
-    checkpoint.mkdir()
-    write_text_atomically(checkpoint / CARRIED_FILE, str(moved))
-    record_reader(checkpoint, reader)
-    log.warning("stream.kafka_reader is now %r: the %r reader's checkpoint is kept at %s; the new checkpoint "
-                "starts at its committed offsets", reader, written_by, moved)
+    prepared.rename(checkpoint)
+    log.warning("%s: the checkpoint is kept at %s; the new checkpoint starts at the committed offsets of %s",
+                why, moved, carried_from)
