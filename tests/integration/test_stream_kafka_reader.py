@@ -123,3 +123,45 @@ def test_a_trimmed_topic_new_to_the_checkpoint_starts_at_its_tables_handoff_with
     assert len(kept) == 1, kept  # the checkpoint that never read `other`, kept whole
     with mariadb.connect(database=database) as conn:
         assert_tables_match(conn, database, {t: pipeline.delta.table_uri(t) for t in ("accounts", "other")})
+
+
+def test_a_topic_the_relay_creates_while_sparks_query_starts_is_read_and_the_query_starts_again(
+        stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
+    """Spark's Kafka source refuses starting offsets that leave out a partition of a topic its pattern matched;
+    a table's first change creates its topic, so one created between computing the offsets and the query asking
+    for them is met by starting the query again (it failed CI once), and that change is not lost."""
+    import lakesync.stream.app as stream_app
+
+    for key, value in stack.connection_env().items():
+        monkeypatch.setenv(key, value)
+    database = fresh_database
+    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        for table in ("accounts", "quiet"):
+            cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
+                        "amount DECIMAL(12,2) NULL)")
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
+    prefix = f"kc{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}"
+    pipeline = _pipeline(tmp_path, database, "spark", prefix)
+    FullLoad(pipeline).run()
+    made = _changes(mariadb, database, 1000)  # `quiet` has no change yet: the relay has not created its topic
+    _relay(pipeline)
+    computed = stream_app._handoff_offsets
+    calls = []
+
+    def quiet_changes_once_offsets_are_computed(*args, **kwargs):
+        offsets = computed(*args, **kwargs)
+        calls.append(offsets)
+        if len(calls) == 1:
+            assert offsets[pipeline.topic("quiet")] == {}  # no partition to name yet
+            with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+                cur.execute("UPDATE quiet SET v = 'first change' WHERE id = 7")
+            _relay(pipeline)  # creates the topic, before the query asks for its offsets
+        return offsets
+
+    monkeypatch.setattr(stream_app, "_handoff_offsets", quiet_changes_once_offsets_are_computed)
+    summary = run_stream(pipeline, once=True, spark=spark)
+
+    assert len(calls) == 2 and calls[1][pipeline.topic("quiet")] == {"0": 0}  # started again, naming it
+    assert summary.tables == {"accounts": made, "quiet": 1}
+    with mariadb.connect(database=database) as conn:
+        assert_tables_match(conn, database, {t: pipeline.delta.table_uri(t) for t in ("accounts", "quiet")})

@@ -80,6 +80,20 @@ log = logging.getLogger(__name__)
 STREAM_ID_FILE = "lakesync_stream_id"
 #: what a batch of a query being restarted for new tables raises (never written: see BatchApplier.close)
 RESTARTING = "the stream's query is restarting to read the topics of new tables"
+#: what Spark's Kafka source says when ``startingOffsets`` do not name every partition of the topics its pattern
+#: matched: a topic the relay created after the offsets were computed, before the query asked for them
+UNNAMED_PARTITIONS = "you must specify all TopicPartitions"
+#: how many times a query is started again with new starting offsets for topics created while it started
+OFFSET_RESTARTS = 5
+
+
+class _TopicCreatedWhileStarting(Exception):
+    """A new query's starting offsets missed a topic created while it started; ``failure`` is what is raised
+    when starting again does not help."""
+
+    def __init__(self, failure: LakesyncError) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 @dataclass(frozen=True)
@@ -522,8 +536,17 @@ def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | Non
     deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
     session = spark or build_spark_session(f"lakesync-stream-{pipeline.name}")
     summary = StreamRunSummary()
+    offset_restarts = 0
     while True:
-        applier = _run_query(pipeline, session, once=once, tables=tables, deadline=deadline)
+        try:
+            applier = _run_query(pipeline, session, once=once, tables=tables, deadline=deadline)
+        except _TopicCreatedWhileStarting as created:
+            offset_restarts += 1
+            if offset_restarts > OFFSET_RESTARTS:
+                raise created.failure from created
+            log.warning("a topic of the stream was created while its query started: starting it again with "
+                        "offsets that name it")
+            continue
         summary.batches += applier.summary.batches
         summary.changes += applier.summary.changes
         for name, count in applier.summary.tables.items():
@@ -593,6 +616,8 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     try:
         _await(query, applier, once=once, deadline=deadline)
     except Exception as exc:  # Spark's StreamingQueryException wraps whatever failed inside the query
+        if UNNAMED_PARTITIONS in str(exc) and not has_committed_batch(checkpoint):
+            raise _TopicCreatedWhileStarting(stream_failure(pipeline.name, exc)) from exc
         applier.monitor.failed(exc)
         raise stream_failure(pipeline.name, exc) from exc
     finally:
