@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
-from pymysql.constants import ER
+from pymysql.constants import CR, ER
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import (
@@ -55,6 +55,29 @@ _FL_STANDALONE = 0x01
 _MISSING_BINLOG_ERRORS = (ER.MASTER_FATAL_ERROR_READING_BINLOG,)  # file purged or position invalid
 #: Access denied on the replication connection: the user logged in for the checks, so it lacks the grant.
 _NO_REPLICATION_GRANT = (ER.ACCESS_DENIED_ERROR, ER.SPECIFIC_ACCESS_DENIED_ERROR)
+#: the database pymysqlreplication's control connection (table schemas) names; its stream connection does not
+_CONTROL_DATABASE = "information_schema"
+
+
+class StreamConnectedOnce:
+    """The connection factory (``pymysql_wrapper``) of one binlog stream: its first stream connection only.
+
+    pymysqlreplication re-requests a lost stream by itself when the server answers again quickly (a restart
+    within its retry), from the last event it read, which may be inside a transaction, and without the checks
+    lakesync makes after a server restart (server id, purged binlog). So a second stream connection is refused
+    as the loss it stands for: the relay then resumes from its committed progress, a transaction boundary, as
+    after any other loss. The control connection is made again freely."""
+
+    def __init__(self) -> None:
+        self.stream_connections = 0
+
+    def __call__(self, **settings: Any) -> pymysql.connections.Connection:
+        if settings.get("db") != _CONTROL_DATABASE:
+            self.stream_connections += 1
+            if self.stream_connections > 1:
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "the binlog stream was lost (the relay resumes from its committed progress)")
+        return pymysql.connect(**settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +258,7 @@ class BinlogSource:
             slave_heartbeat=self._heartbeat if self._blocking else None,
             report_slave=f"lakesync-{self._name}",
             enable_logging=False,
+            pymysql_wrapper=StreamConnectedOnce(),
             # A table-map event whose table id is already known is not parsed again (the library's
             # freeze_schema): with one table map per transaction, parsing them was most of the relay's time on
             # single-row transactions. Safe because a table's id changes whenever its definition does (ALTER,
