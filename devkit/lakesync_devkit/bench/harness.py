@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import psutil
 
 from lakesync_devkit.dev.stack import DevStack
 
@@ -31,3 +35,41 @@ def bench_stack(state_dir: str | None, *, prefix: str) -> Iterator[DevStack]:
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MB (Linux reports ru_maxrss in KB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _threads_of_spark(spark: Any) -> list[int]:
+    """The thread ids of this process and of the Spark JVM this process launched (its Python workers too)."""
+    processes = [psutil.Process()]
+    gateway = getattr(spark.sparkContext._gateway, "proc", None)  # None: a JVM launched by spark-submit
+    if gateway is not None:
+        launcher = psutil.Process(gateway.pid)
+        processes += [launcher, *launcher.children(recursive=True)]
+    tids = []
+    for process in processes:
+        with suppress(psutil.Error):  # a Python worker that just ended
+            tids += [thread.id for thread in process.threads()]
+    return tids
+
+
+def _pin(tids: list[int], cpus: set[int]) -> None:
+    for tid in tids:
+        with suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+
+
+@contextmanager
+def spark_on_cpus(spark: Any, count: int) -> Iterator[int]:
+    """Run ``spark`` (its JVM, its Python workers, and this driver) on ``count`` CPUs of this process's set,
+    and put every thread back on the whole set afterwards; yields how many CPUs it got.
+
+    Why: ``local[1]`` is one task at a time, not one core. With Spark's Kafka reader a task's JVM thread reads
+    and its Python worker decodes at the same time, so unpinned ``local[1]`` kept 1.4 of 2 cores busy, and
+    ``local[2]`` over ``local[1]`` said little about what a second core brings. Threads started meanwhile
+    inherit the set. The embedded stack's servers are not this process's Spark: they keep every CPU."""
+    everything = os.sched_getaffinity(0)
+    cpus = set(sorted(everything)[:count])
+    _pin(_threads_of_spark(spark), cpus)
+    try:
+        yield len(cpus)
+    finally:
+        _pin(_threads_of_spark(spark), everything)

@@ -43,7 +43,7 @@ from lakesync.core.errors import LakesyncError
 from lakesync.core.identifiers import quote_identifier
 from lakesync.source.server_checks import current_position
 from lakesync_devkit.bench.concurrent_merge import concurrent_merge_ratio
-from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb
+from lakesync_devkit.bench.harness import bench_stack, peak_rss_mb, spark_on_cpus
 from lakesync_devkit.bench.merge_cost import merge_cost_growth
 from lakesync_devkit.bench.relay import raw_decode
 from lakesync_devkit.bench.stream_phases import (
@@ -403,18 +403,23 @@ def measure_freshness(stack: DevStack, pipeline: Pipeline, spark: Any, seconds: 
 
 def _stream_only_on(master: str, pipeline: Pipeline, warm_up: Pipeline, changes: int
                     ) -> tuple[float, int, float]:
-    """Stream-only throughput (and batches, and the executors' part alone) in a Spark session with ``master`` (its own session: the core count is fixed
-    when the SparkContext starts). A few small continuous-mode batches on a copy (``warm_up``) first, so
+    """Stream-only throughput (and batches, and the executors' part alone) in a Spark session with ``master`` (its
+    own session: the core count is fixed when the SparkContext starts), on as many CPUs as it has cores
+    (:func:`spark_on_cpus`: the scaling keys compare cores, not task slots). A few small continuous-mode batches on a copy (``warm_up``) first, so
     the figure is the stream's rate, not the JVM's and the Python workers' start-up. The warm-up batches
     are small so that stopping it leaves no cancelled task's Python worker still busy in the timed run."""
     from lakesync.spark.session import build_spark_session
     from lakesync.stream.app import run_stream
 
     spark = build_spark_session(f"lakesync-bench-stream-{master}", master=master)
+    cores = spark.sparkContext.defaultParallelism
     try:
-        run_stream(warm_up, once=False, spark=spark, timeout_seconds=10)
-        rate, batches = stream_only(pipeline, spark, changes)
-        return rate, batches, executor_tasks_rate(pipeline, spark, changes)
+        with spark_on_cpus(spark, cores) as cpus:
+            if cpus < cores:
+                log.warning("%s runs on the %d CPUs this process has", master, cpus)
+            run_stream(warm_up, once=False, spark=spark, timeout_seconds=10)
+            rate, batches = stream_only(pipeline, spark, changes)
+            return rate, batches, executor_tasks_rate(pipeline, spark, changes)
     finally:
         spark.stop()
 
