@@ -51,18 +51,28 @@ def _relay(pipeline: Pipeline) -> None:
     Relay(pipeline, heartbeat_seconds=0.3, blocking=False).run(stop_when_idle_seconds=1.0)
 
 
-def test_changing_the_kafka_reader_goes_on_at_the_committed_offsets_reading_nothing_twice(
-        stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
+def _loaded(stack: Any, mariadb: Any, database: str, folder: Path, monkeypatch: Any, *, tables: tuple[str, ...],
+            reader: str, prefix: str) -> Pipeline:
+    """``tables`` created with 199 rows each and fully loaded, by a pipeline with ``reader`` and topics named
+    ``prefix`` plus a random suffix."""
     for key, value in stack.connection_env().items():
         monkeypatch.setenv(key, value)
-    database = fresh_database
     with mariadb.connect(database=database) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE accounts (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
-                    "amount DECIMAL(12,2) NULL)")
-        cur.executemany("INSERT INTO accounts VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
-    prefix = f"kr{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}"
-    pipeline = _pipeline(tmp_path, database, "lakesync", prefix)
+        for table in tables:
+            cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
+                        "amount DECIMAL(12,2) NULL)")
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
+    pipeline = _pipeline(folder, database, reader, f"{prefix}{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}")
     FullLoad(pipeline).run()
+    return pipeline
+
+
+def test_changing_the_kafka_reader_goes_on_at_the_committed_offsets_reading_nothing_twice(
+        stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
+    database = fresh_database
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts",), reader="lakesync",
+                       prefix="kr")
+    prefix = pipeline.kafka.topic_prefix
     uri = {"accounts": pipeline.delta.table_uri("accounts")}
 
     applied = []
@@ -88,17 +98,9 @@ def test_a_trimmed_topic_new_to_the_checkpoint_starts_at_its_tables_handoff_with
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    for key, value in stack.connection_env().items():
-        monkeypatch.setenv(key, value)
     database = fresh_database
-    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
-        for table in ("accounts", "other"):
-            cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
-                        "amount DECIMAL(12,2) NULL)")
-            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
-    prefix = f"kt{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}"
-    pipeline = _pipeline(tmp_path, database, "spark", prefix)
-    FullLoad(pipeline).run()
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "other"), reader="spark",
+                       prefix="kt")
     _changes(mariadb, database, 1000)
     with mariadb.connect(database=database) as conn, conn.cursor() as cur:
         cur.execute("UPDATE other SET v = 'before its reload' WHERE id < 20")
@@ -132,17 +134,9 @@ def test_a_topic_the_relay_creates_while_sparks_query_starts_is_read_and_the_que
     for them is met by starting the query again (it failed CI once), and that change is not lost."""
     import lakesync.stream.app as stream_app
 
-    for key, value in stack.connection_env().items():
-        monkeypatch.setenv(key, value)
     database = fresh_database
-    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
-        for table in ("accounts", "quiet"):
-            cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
-                        "amount DECIMAL(12,2) NULL)")
-            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
-    prefix = f"kc{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}"
-    pipeline = _pipeline(tmp_path, database, "spark", prefix)
-    FullLoad(pipeline).run()
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "quiet"), reader="spark",
+                       prefix="kc")
     made = _changes(mariadb, database, 1000)  # `quiet` has no change yet: the relay has not created its topic
     _relay(pipeline)
     computed = stream_app._handoff_offsets
