@@ -77,6 +77,11 @@ def test_both_kafka_conn_id_and_bootstrap_servers_is_refused(tmp_path, document)
     _refused(tmp_path, document, "kafka", "conn_id", "bootstrap_servers", "not both")
 
 
+def test_spark_sql_decode_with_lakesyncs_kafka_reader_is_refused(tmp_path, document):
+    document["stream"] = {"decode": "spark_sql", "kafka_reader": "lakesync"}
+    _refused(tmp_path, document, "stream", "spark_sql", "kafka_reader")
+
+
 def test_unset_environment_reference_is_refused(tmp_path, document, monkeypatch):
     monkeypatch.delenv("LAKESYNC_BAD_ROOT", raising=False)
     document["delta"]["root"] = "${LAKESYNC_BAD_ROOT}/delta"

@@ -8,6 +8,7 @@ replayed older insert cannot bring a deleted row back.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -32,6 +33,7 @@ from lakesync.full_load.state import LoadState
 from lakesync.relay import Relay, covered_range
 from lakesync.source.server_checks import current_position
 from lakesync.stream import app as stream_app
+from lakesync.stream import sql_decode
 from lakesync.stream.app import checkpoint_dir, run_stream
 from lakesync.stream.progress import StreamProgress
 from lakesync.validation.validate import validate_pipeline
@@ -113,12 +115,20 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
         time.sleep(0.3)
 
 
+@pytest.mark.parametrize("decode", ["python", "spark_sql"])
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
-        env, mariadb, fresh_database, tmp_path, spark):
+        decode, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
+    """Both decodes (``stream.decode``): the Python workers' and Spark SQL's in the JVM (which must have decoded
+    the tables' events itself, never handing them to the Python decode)."""
+    decoded_in_sql: list[str] = []
+    table_changes = sql_decode.table_changes
+    monkeypatch.setattr(sql_decode, "table_changes", lambda records, schema, **kwargs: (
+        decoded_in_sql.append(schema.names[0]), table_changes(records, schema, **kwargs))[1])
+    caplog.set_level(logging.INFO, logger=sql_decode.__name__)
     with mariadb.connect() as conn:
         create_demo_database(conn, fresh_database)
         seed_demo_data(conn, fresh_database, customers=50, transactions=500)
-    pipeline = write_pipeline(tmp_path, fresh_database,
+    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode},
                               tables={"overrides": {"audit_log": {"semantics": "append_log"}}})
     FullLoad(pipeline=pipeline).run()
 
@@ -158,6 +168,8 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
         assert table.matches, table.describe()
     compared = {t.table for t in validation.tables if t.comparable}
     assert compared == {"customers", "accounts", "transactions", "daily_balances"}
+    assert bool(decoded_in_sql) == (decode == "spark_sql")
+    assert "the Python decode takes them" not in caplog.text
 
 
 # -- the handoff ------------------------------------------------------------------------------------------------

@@ -94,8 +94,10 @@ def _execute(conn, statements: list[str]) -> None:
             cur.execute(statement)
 
 
-@pytest.fixture(scope="module")
-def scenario(stack, mariadb, spark, tmp_path_factory) -> Iterator[Scenario]:
+@pytest.fixture(scope="module", params=["python", "spark_sql"])
+def scenario(request, stack, mariadb, spark, tmp_path_factory) -> Iterator[Scenario]:
+    """The DDL scenario streamed with each decode (``stream.decode``): a DDL in the middle of a batch sends the
+    records Spark SQL can't type with the old schema the Python way, as before."""
     folder = tmp_path_factory.mktemp("stream_schema")
     database = f"t_{uuid.uuid4().hex[:10]}"
     server_id = random.randrange(5_000, 60_000)
@@ -106,7 +108,8 @@ def scenario(stack, mariadb, spark, tmp_path_factory) -> Iterator[Scenario]:
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"ss{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
-        "stream": {"reload_on_schema_change": False},  # the stop path; test_stream_ddl_matrix.py has the re-loads
+        # the stop path; test_stream_ddl_matrix.py has the re-loads
+        "stream": {"reload_on_schema_change": False, "decode": request.param},
     }
     (folder / "evolving.yaml").write_text(yaml.safe_dump(document))
     with pytest.MonkeyPatch.context() as patch, mariadb.connect() as conn:

@@ -159,6 +159,20 @@ class Stream(_Strict):
         "kept as a fallback); both feed the same decode. Changing it moves the stream's checkpoint aside and goes "
         "on at its committed offsets (docs/stream.md, \"Kafka readers\").",
     )
+    decode: Literal["python", "spark_sql"] = Field(
+        default="python",
+        description="Where the records of lakesync's events are decoded and reduced: 'python' (a Python worker "
+        "beside each task decodes Arrow batches column-wise) or 'spark_sql' (Spark SQL in the executors' JVM: "
+        "from_json, casts, max_by; records it can't take still go the Python way). 'spark_sql' needs "
+        "kafka_reader 'spark' (docs/stream.md, \"Decoding in Spark SQL\").",
+    )
+
+    @model_validator(mode="after")
+    def _decode_needs_sparks_reader(self) -> Stream:
+        if self.decode == "spark_sql" and self.kafka_reader != "spark":
+            raise ValueError("decode 'spark_sql' decodes the records of Spark's Kafka source: set kafka_reader "
+                             "'spark' too, or decode 'python'")
+        return self
 
 
 class Relay(_Strict):

@@ -601,6 +601,10 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     options["minPartitions"] = str(session.sparkContext.defaultParallelism)
     if reader == "spark":
         read_batch: ReadBatch = run_records_on_executors
+        if pipeline.stream.decode == "spark_sql":
+            from lakesync.stream.sql_decode import run_records_in_sql
+
+            read_batch = run_records_in_sql
         source_format = "kafka"
     else:
         read_batch = partial(run_on_executors, source=KafkaSourceOptions.from_options(options))

@@ -39,7 +39,7 @@ from lakesync.stream.decode import (
 
 #: ``SourcePosition.key()`` exactly: a header of this shape is the position the record decoder would
 #: rebuild, character for character (it parses the three numbers and prints them at these widths).
-_KEY_PATTERN = "^" + r"\.".join(rf"\d{{{len(part)}}}" for part in MIN_KEY.split(".")) + "$"
+KEY_PATTERN = "^" + r"\.".join(rf"\d{{{len(part)}}}" for part in MIN_KEY.split(".")) + "$"
 _ARRIVAL = "_lakesync_arrival"
 
 
@@ -87,7 +87,7 @@ def _fast_mask(records: pa.Table) -> pa.Array:
     fmt = header_column(headers, H_FORMAT).cast(pa.string())
     pos = header_column(headers, H_POS).cast(pa.string())
     value = records.column("value")
-    ok = pc.and_(pc.equal(fmt, pa.scalar(EVENT_FORMAT)), pc.match_substring_regex(pos, _KEY_PATTERN))
+    ok = pc.and_(pc.equal(fmt, pa.scalar(EVENT_FORMAT)), pc.match_substring_regex(pos, KEY_PATTERN))
     ok = pc.and_(ok, pc.invert(pc.match_substring(value, "\n")))
     return ok.fill_null(False)
 
@@ -125,7 +125,7 @@ def _fast_decode(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
 def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema, after: str) -> pa.Table:
     changes = decode_batch(records, {topic: table}).tables.get(table)
     if changes is None:
-        return _empty(schema)
+        return change_schema(schema).empty_table()
     changes.refuse_lossy_settings(table, schema, after=after)
     if changes.first_snapshot_read(after=after) is not None:  # the driver re-loads or stops the table
         raise SnapshotReadsError(f"Debezium's events of {table} hold snapshot reads after its load")
@@ -136,17 +136,19 @@ def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema,
     return changes.to_arrow(schema)
 
 
-def _empty(schema: pa.Schema) -> pa.Table:
+def change_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema of a table's decoded changes: its source columns (nullable), then position, op and
+    source time."""
     fields = [*(f.with_nullable(True) for f in schema), pa.field(META_COLUMNS[0], pa.string()),
               pa.field(META_COLUMNS[1], pa.string()), pa.field(META_COLUMNS[2], pa.int64())]
-    return pa.schema(fields).empty_table()
+    return pa.schema(fields)
 
 
 def decode_table(records: pa.Table, topic: str, table: str, schema: pa.Schema, *, after: str = "") -> pa.Table:
     """The changes in ``records`` (one table's topic, no Kafka tombstones) in arrival order, as
     :meth:`TableChanges.to_arrow` gives them; ``after``: the table's load position (:class:`DecodePlan`)."""
     if records.num_rows == 0:
-        return _empty(schema)
+        return change_schema(schema).empty_table()
     indexed = records.append_column(_ARRIVAL, pa.array(np.arange(records.num_rows)))
     fast = _fast_mask(records)
     parts = []
@@ -164,7 +166,7 @@ def decode_table(records: pa.Table, topic: str, table: str, schema: pa.Schema, *
             # the record decoder keeps the records' order and drops none of them (it raises instead)
             parts.append(decoded.append_column(_ARRIVAL, slow_rows.column(_ARRIVAL)))
     if not parts:
-        return _empty(schema)
+        return change_schema(schema).empty_table()
     merged = pa.concat_tables(parts).combine_chunks()
     if len(parts) > 1:
         merged = merged.take(pc.sort_indices(merged.column(_ARRIVAL)))
