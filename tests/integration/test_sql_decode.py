@@ -18,7 +18,7 @@ import pytest
 import tests.unit.test_columnar_decode as columnar
 from lakesync.core.positions import SourcePosition
 from lakesync.core.table_layout import POS
-from lakesync.events.envelope import H_POS, SchemaChangeEvent, encode_schema_change
+from lakesync.events.envelope import H_FORMAT, H_POS, SchemaChangeEvent, encode_schema_change
 from lakesync.sink.changes import last_change_per_key
 from lakesync.stream.columnar_decode import DecodePlan
 from lakesync.stream.reduce import ReducedBatch, ReducePlan, run_records_on_executors
@@ -64,14 +64,16 @@ def _outcome(read, frame, plan: ReducePlan) -> dict[str, object]:
         return {"failed": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
 
-def _assert_same_as_python(spark, records: pa.Table, plan: ReducePlan, caplog) -> ReducedBatch:
-    """Both paths give the same batch, and Spark SQL decoded the table's lakesync events itself."""
+def _assert_same_as_python(spark, records: pa.Table, plan: ReducePlan, caplog, *, in_sql: bool = True
+                           ) -> ReducedBatch:
+    """Both paths give the same batch; ``in_sql``: Spark SQL decoded the tables' records itself (else the
+    tables took the Python path)."""
     frame = _frame(spark, records)
     python = _outcome(run_records_on_executors, frame, plan)
     assert "failed" not in python, python
     with caplog.at_level(logging.INFO, logger="lakesync.stream.sql_decode"):
         assert _outcome(run_records_in_sql, frame, plan) == python
-    assert FALLBACK not in caplog.text, "Spark SQL should decode these records itself"
+    assert (FALLBACK not in caplog.text) == in_sql, caplog.text
     return run_records_in_sql(frame, plan)
 
 
@@ -93,13 +95,23 @@ def test_a_keyed_table_is_reduced_to_its_newest_change_per_key_with_the_count_of
     assert ops[1] == "d" and ops[2] == "u" and ops[0] == "r"
 
 
-def test_records_without_lakesync_headers_and_debezium_records_take_the_python_path_beside_it(spark, caplog) -> None:
+@pytest.mark.parametrize("foreign", ["no_position", "debezium", "repeated_header", "other_format", "odd_position"])
+def test_a_topic_with_records_other_than_the_relays_events_takes_the_python_path(spark, caplog, foreign) -> None:
     events = columnar._mixed_events()[:6]
     encoded = columnar._encoded(events)
-    encoded[1] = (encoded[1][0], [h for h in encoded[1][1] if h[0] != H_POS])
-    wrapped = {"schema": {"type": "struct", "fields": []}, "payload": json.loads(encoded[4][0])}
-    encoded[4] = (json.dumps(wrapped).encode(), [])
-    got = _assert_same_as_python(spark, columnar.kafka_records(encoded), _plan(keyed=False), caplog)
+    value, headers = encoded[4]
+    if foreign == "no_position":
+        headers = [h for h in headers if h[0] != H_POS]
+    elif foreign == "debezium":
+        value, headers = json.dumps({"schema": {"type": "struct", "fields": []}, "payload": json.loads(value)}).encode(), []
+    elif foreign == "repeated_header":  # the record decoder takes the last value
+        headers = [*headers, (H_POS, events[5].position.key().encode())]
+    elif foreign == "other_format":
+        headers = [(k, b"other" if k == H_FORMAT else v) for k, v in headers]
+    else:
+        headers = [(k, b"7.1000.1" if k == H_POS else v) for k, v in headers]
+    encoded[4] = (value, headers)
+    got = _assert_same_as_python(spark, columnar.kafka_records(encoded), _plan(keyed=False), caplog, in_sql=False)
     assert got.tables["t"].changes == 6
 
 
@@ -160,3 +172,33 @@ def test_binary_values_decode_from_strict_base64(spark, caplog) -> None:
     records = columnar.kafka_records(columnar._encoded([columnar._event("c", row, 1)]))
     got = _assert_same_as_python(spark, records, _plan(), caplog)
     assert got.tables["t"].rows.column("c32").to_pylist() == [b"\x00\x01"]
+
+
+@pytest.mark.parametrize(("topics_read", "python_jobs", "persists"), [
+    (frozenset({TOPIC}), 0, 0),  # the table's topic alone: one job, nothing to persist
+    (frozenset({TOPIC, SCHEMA_TOPIC}), 1, 1),  # and the schema topic: two jobs over one persisted read
+    (None, 1, 1),  # not known: every topic may have records
+])
+def test_the_batch_runs_only_the_jobs_its_topics_need(spark, caplog, monkeypatch, topics_read, python_jobs,
+                                                      persists) -> None:
+    from lakesync.stream import sql_decode
+
+    events = columnar._mixed_events()
+    frame = _frame(spark, columnar.kafka_records(columnar._encoded(events)))
+    calls = {"python": 0, "persist": 0}
+    python_path, persist = sql_decode.run_records_on_executors, type(frame).persist
+
+    def counted_python(*args, **kwargs):
+        calls["python"] += 1
+        return python_path(*args, **kwargs)
+
+    def counted_persist(self, *args, **kwargs):
+        calls["persist"] += 1
+        return persist(self, *args, **kwargs)
+
+    plan = ReducePlan(_plan().decode, {"t": ["id"]}, topics_read=topics_read)
+    monkeypatch.setattr(sql_decode, "run_records_on_executors", counted_python)
+    monkeypatch.setattr(type(frame), "persist", counted_persist)
+    got = run_records_in_sql(frame, plan)
+    assert calls == {"python": python_jobs, "persist": persists}
+    assert got.tables["t"].changes == len(events)

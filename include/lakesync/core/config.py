@@ -163,7 +163,8 @@ class Stream(_Strict):
         default="python",
         description="Where the records of lakesync's events are decoded and reduced: 'python' (a Python worker "
         "beside each task decodes Arrow batches column-wise) or 'spark_sql' (Spark SQL in the executors' JVM: "
-        "from_json, casts, max_by; records it can't take still go the Python way). 'spark_sql' needs "
+        "from_json and casts that refuse a value that does not fit; records it can't take still go the Python "
+        "way). 'spark_sql' needs "
         "kafka_reader 'spark' (docs/stream.md, \"Decoding in Spark SQL\").",
     )
 

@@ -47,6 +47,8 @@ CONNECTOR = "mysql"
 SCHEMA_TOPIC_TABLE = "_schema"
 
 H_POS, H_OP, H_KEY, H_FORMAT = "lakesync.pos", "lakesync.op", "lakesync.key", "lakesync.format"
+#: the headers of every record :func:`encode` writes, in this order (Spark SQL's decode reads them by index)
+RELAY_HEADERS = (H_POS, H_OP, H_KEY, H_FORMAT)
 _OPS = frozenset("cudr")
 _SNAPSHOT_TRUE = frozenset({"true", "last", "first", "first_in_data_collection", "last_in_data_collection",
                             "incremental"})
@@ -192,12 +194,9 @@ def encode(event: ChangeEvent) -> tuple[bytes, bytes, Headers]:
         f'"snapshot":{_SNAPSHOT_JSON[event.snapshot]},"gtid":{gtid},"file":{file},"pos":{pos.offset},'
         f'"row":{row - 1 if row else 0}}},"op":"{op}","ts_ms":{emitted}}}'
     )
-    headers = [
-        (H_POS, _position_key(pos).encode()),
-        (H_OP, _OP_BYTES[op]),
-        (H_KEY, b"row" if event.key_is_row or event.key is None else b"pk"),
-        (H_FORMAT, _FORMAT_BYTES),
-    ]
+    headers = list(zip(RELAY_HEADERS, (_position_key(pos).encode(), _OP_BYTES[op],
+                                        b"row" if event.key_is_row or event.key is None else b"pk", _FORMAT_BYTES),
+                       strict=True))
     return encode_key(event), value.encode(), headers
 
 

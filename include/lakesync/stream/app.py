@@ -51,7 +51,7 @@ from lakesync.stream.kafka_reader import (
     prepare_checkpoint,
     record_reader,
 )
-from lakesync.stream.lag import committed_offsets, planned_offsets
+from lakesync.stream.lag import batch_topics, committed_offsets, planned_offsets
 from lakesync.stream.new_tables import Arrival, arrivals, departed, join, not_synced_note, older_tables
 from lakesync.stream.progress import StreamProgress, TableProgress
 from lakesync.stream.reduce import (
@@ -237,7 +237,8 @@ class BatchApplier:
     def _run_batch(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         self._resume_reloaded()
-        batch = self.read_batch(batch_df, self.plan({}))
+        topics_read = batch_topics(checkpoint_dir(self.pipeline), batch_id)
+        batch = self.read_batch(batch_df, self.plan({}, topics_read))
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
@@ -246,7 +247,7 @@ class BatchApplier:
                 stop_at[table_name] = stop
         stop_before = {table: stop.key for table, stop in stop_at.items()}
         if stop_at or schemas != self.schemas:  # rare: decode again with the new columns, or up to the stop
-            batch = self.read_batch(batch_df, self.plan(stop_before))
+            batch = self.read_batch(batch_df, self.plan(stop_before, topics_read))
         handoffs = {t.name: t.handoff_key for t in self.by_topic.values()}
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before,
                       handoffs, handoffs if self.read_from_handoffs else {})
@@ -314,8 +315,9 @@ class BatchApplier:
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
-    def plan(self, stop_before: dict[str, str]) -> ReducePlan:
-        """What the executors decode and reduce: the tables not stopped, with their current schemas."""
+    def plan(self, stop_before: dict[str, str], topics_read: frozenset[str] | None = None) -> ReducePlan:
+        """What the executors decode and reduce: the tables not stopped, with their current schemas;
+        ``topics_read``: the topics with records in the batch, when known (:func:`batch_topics`)."""
         live = {name for name in self.sinks if not self._stopped(name)}
         handoffs = {t.name: t.handoff_key for t in self.by_topic.values() if t.name in live}
         decode = DecodePlan(
@@ -329,7 +331,7 @@ class BatchApplier:
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}
         watch = frozenset(t.topic for t in self.by_topic.values() if t.name not in live or t.name in stop_before)
-        return ReducePlan(decode, keys, watch)
+        return ReducePlan(decode, keys, watch, topics_read)
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)

@@ -71,6 +71,17 @@ def planned_offsets(checkpoint: Path, batch_id: int) -> dict[TP, int] | None:
     return offsets
 
 
+def batch_topics(checkpoint: Path, batch_id: int) -> frozenset[str] | None:
+    """The topics with records in batch ``batch_id``: those whose planned end moved past the previous batch's
+    (a partition the previous batch did not plan counts when its end is above 0), or None when either offset
+    file is not there (a first batch; one Spark has purged)."""
+    ends = planned_offsets(checkpoint, batch_id)
+    starts = planned_offsets(checkpoint, batch_id - 1) if batch_id > 0 else None
+    if ends is None or starts is None:
+        return None
+    return frozenset(topic for (topic, partition), end in ends.items() if end > starts.get((topic, partition), 0))
+
+
 def records_behind(committed: Mapping[TP, int], ends: Mapping[TP, int]) -> int:
     """Records between the stream's committed offsets and the log ends of the same partitions."""
     return sum(max(0, ends.get(tp, offset) - offset) for tp, offset in committed.items())

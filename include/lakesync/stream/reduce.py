@@ -61,6 +61,8 @@ class ReducePlan:
     keys: dict[str, list[str]] = field(default_factory=dict)
     #: topics whose newest position the driver wants back (tables stopped, or stopping in this batch)
     watch_topics: frozenset[str] = frozenset()
+    #: the topics with records in the batch (from the checkpoint's offsets; None: not known, any may have)
+    topics_read: frozenset[str] | None = None
 
 
 def _ipc(table: pa.Table) -> bytes:

@@ -2,33 +2,32 @@
 
 :mod:`lakesync.stream.reduce` hands Spark's Kafka records to a Python worker (``mapInArrow``) that decodes them
 column-wise; its tasks are CPU-bound in that decode (docs/stream.md, "Benchmark"). This module does the same
-work with Spark SQL expressions, so the records of lakesync's own events never leave the JVM:
+work with Spark SQL expressions, so the relay's events never leave the JVM. One job per streamed table with
+records in the batch (the checkpoint's offsets say which, :attr:`ReducePlan.topics_read`):
 
-- a record takes this path when it is on a streamed table's topic, carries lakesync's format header
-  (``lakesync.event.v1``) and a position header of ``SourcePosition.key()``'s exact shape, and its table's
-  topic is not watched for a stopped table: the cases the columnar decoder's fast path takes;
+- every record of the table's topic (Kafka tombstones aside) must be one of the relay's events: headers exactly
+  the relay's (``lakesync.pos``, ``.op``, ``.key``, ``.format`` in that order, read by index), the format
+  ``lakesync.event.v1``, a position of ``SourcePosition.key()``'s exact shape;
 - its value is parsed with ``from_json`` (FAILFAST) into ``before``/``after`` images whose fields are all
   strings (a JSON number arrives as its text), and each column is converted to its Delta type by
-  :func:`typed`; a value that does not convert fails the table's job instead of becoming NULL;
+  :func:`typed`; a value that does not convert fails the job instead of becoming NULL;
 - changes before the table's ``read_from`` or at and after its ``stop_before`` position are left out, first;
-- a key-merged table is reduced to its newest change per key (``max_by`` over the position, partial
-  aggregation before the shuffle), an ``append_log`` table is not reduced; the rows reach the driver as Arrow.
+- the typed changes reach the driver as Arrow (``toArrow``), where a key-merged table is cut down to its newest
+  change per key (:func:`lakesync.sink.changes.last_change_per_key`, as the sink does): an aggregation on the
+  executors measured slower here (docs/stream.md, "Decoding in Spark SQL").
 
-Everything else goes through the Python path unchanged (:func:`lakesync.stream.reduce.run_records_on_executors`):
-the schema-change topic, Debezium's records, records without lakesync's headers, the topics of stopped tables,
-and every record of a table whose Spark SQL job failed (a value that does not fit the table's current types:
-a column changed type in this very batch; a malformed event), whose records the Python path decodes or hands
-to the driver raw, as it always did. Both halves meet in one :class:`ReducedBatch`; the sink's own reduction
-takes the newest change of a key that both returned.
+A table whose job fails (a record that is not the relay's, such as Debezium's; a value that does not fit the
+table's current types: a column changed type in this very batch; a malformed event) takes the Python path
+whole for this batch (:func:`lakesync.stream.reduce.run_records_on_executors`), which decodes its records or
+hands them to the driver raw, as it always did. So do the schema-change topic and the topics of stopped
+tables. The records are persisted for the batch only when more than one job reads them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -36,7 +35,8 @@ from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lakesync.core.table_layout import DELETE_OP, OP, POS, TS
-from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS
+from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS, RELAY_HEADERS
+from lakesync.sink.changes import last_change_per_key
 from lakesync.stream.columnar_decode import KEY_PATTERN, change_schema
 from lakesync.stream.decode import CHANGE_OPS
 from lakesync.stream.reduce import (
@@ -52,14 +52,25 @@ log = logging.getLogger(__name__)
 #: ``from_json`` options: FAILFAST makes a malformed value fail the table's job (the Python path then says what
 #: is wrong); Jackson's 20,000,000-character string limit would refuse a large BLOB the Kafka record size allows.
 JSON_OPTIONS = {"mode": "FAILFAST", "maxStringLen": str(2**31 - 1)}
-_COUNT = "_lakesync_changes"
+#: what a job that met a record other than the relay's events fails with
+NOT_RELAY_EVENT = "not one of the relay's events"
 
 
-def header(name: str) -> Column:
-    """The value of Kafka header ``name`` as text (the last one when it repeats, as the record decoder keeps it),
-    or NULL."""
-    matching = F.filter(F.col("headers"), lambda h: h.getField("key") == F.lit(name))
-    return F.try_element_at(matching, F.lit(-1)).getField("value").cast("string")
+def relay_header(name: str) -> Column:
+    """The value of header ``name`` as text, read at its index in the relay's layout
+    (:data:`lakesync.events.envelope.RELAY_HEADERS`): an array lookup, where searching the headers takes a
+    higher-order function that Spark evaluates record by record without generated code."""
+    return F.try_element_at(F.col("headers"), F.lit(RELAY_HEADERS.index(name) + 1)).getField("value").cast("string")
+
+
+def _relay_layout() -> Column:
+    """Whether a record's headers are exactly the relay's: these names at these indices, nothing more (so a
+    repeated header, where the record decoder keeps the last value, never reaches this path)."""
+    headers = F.col("headers")
+    layout = F.size(headers) == F.lit(len(RELAY_HEADERS))
+    for index, name in enumerate(RELAY_HEADERS, start=1):
+        layout = layout & (F.try_element_at(headers, F.lit(index)).getField("key") == F.lit(name))
+    return layout
 
 
 def typed(text: Column, arrow_type: pa.DataType, name: str) -> Column:
@@ -80,28 +91,32 @@ def typed(text: Column, arrow_type: pa.DataType, name: str) -> Column:
 
 
 def sql_decodable(plan: ReducePlan) -> dict[str, str]:
-    """The topics (and their tables) whose lakesync events this path decodes: the streamed tables' topics,
-    minus those watched for a stopped table."""
+    """The topics (and their tables) this path decodes: the streamed tables' topics with records in the batch
+    (all of them when the plan does not know), minus those watched for a stopped table."""
     return {topic: table for topic, table in plan.decode.topic_tables.items()
-            if table in plan.decode.schemas and topic not in plan.watch_topics}
+            if table in plan.decode.schemas and topic not in plan.watch_topics
+            and (plan.topics_read is None or topic in plan.topics_read)}
 
 
-def in_sql(topics: Mapping[str, str]) -> Column:
-    """The records of ``topics`` this path takes: lakesync's events with a canonical position header (TRUE or
-    FALSE, never NULL, so that its negation is exactly the rest)."""
-    taken = (F.col("topic").isin(list(topics)) & F.col("value").isNotNull()
-             & (header(H_FORMAT) == F.lit(EVENT_FORMAT)) & header(H_POS).rlike(KEY_PATTERN))
-    return F.coalesce(taken, F.lit(False))
+def relay_position() -> Column:
+    """A record's position key, when the record is one of the relay's events (headers exactly the relay's, the
+    event format, a position of ``SourcePosition.key()``'s exact shape); else the job fails: the whole topic then
+    takes the Python path, which decodes any record."""
+    position = relay_header(H_POS)
+    relays = (_relay_layout() & (relay_header(H_FORMAT) == F.lit(EVENT_FORMAT)) & position.rlike(KEY_PATTERN))
+    return F.when(F.coalesce(relays, F.lit(False)), position).otherwise(
+        F.raise_error(F.lit(f"{NOT_RELAY_EVENT}: Spark SQL decodes the relay's events only")))
 
 
 def table_changes(records: DataFrame, schema: pa.Schema, *, read_from: str | None, stop_before: str | None
                   ) -> DataFrame:
-    """One table's records (all taken by :func:`in_sql`) as change rows: the columns of ``schema`` with their
-    Delta types, then position, op and source time, for the changes in ``[read_from, stop_before)``."""
+    """One table's records (its topic's, Kafka tombstones left out) as change rows: the columns of ``schema``
+    with their Delta types, then position, op and source time, for the changes in ``[read_from, stop_before)``.
+    A record that is not one of the relay's events, or does not decode, fails the job (never a silent NULL)."""
     image = StructType([StructField(field.name, StringType()) for field in schema])
     envelope = StructType([StructField("before", image), StructField("after", image), StructField("op", StringType()),
                            StructField("source", StructType([StructField("ts_ms", LongType())]))])
-    positioned = records.select(header(H_POS).alias(POS), "value")
+    positioned = records.select(relay_position().alias(POS), "value")
     if read_from is not None:
         positioned = positioned.filter(F.col(POS) >= F.lit(read_from))
     if stop_before is not None:
@@ -116,20 +131,11 @@ def table_changes(records: DataFrame, schema: pa.Schema, *, read_from: str | Non
         F.col(POS), checked_op.alias(OP), F.coalesce(F.col("e.source.ts_ms"), F.lit(0)).alias(TS))
 
 
-def newest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
-    """The change with the greatest position per key, and how many changes each stands for (``_COUNT``)."""
-    newest = F.max_by(F.struct(*changes.columns), F.col(POS)).alias("_newest")
-    return changes.groupBy(*keys).agg(newest, F.count(F.lit(1)).alias(_COUNT)).select("_newest.*", _COUNT)
-
-
 def _collect(changes: DataFrame, schema: pa.Schema, keys: list[str] | None) -> ReducedTable:
+    """The table's changes on the driver, a key-merged table's reduced to the newest change per key there."""
     target = change_schema(schema)
-    if not keys:
-        rows = changes.toArrow()
-        return ReducedTable(rows.select(target.names).cast(target), rows.num_rows)
-    rows = newest_per_key(changes, keys).toArrow()
-    count = int(pc.sum(rows.column(_COUNT)).as_py() or 0)
-    return ReducedTable(rows.select(target.names).cast(target), count)
+    rows = changes.toArrow().select(target.names).cast(target)
+    return ReducedTable(last_change_per_key(rows, keys) if keys else rows, rows.num_rows)
 
 
 def _first_line(exc: Exception) -> str:
@@ -138,17 +144,21 @@ def _first_line(exc: Exception) -> str:
 
 
 def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
-    """A micro-batch of Spark's Kafka source (``includeHeaders``) decoded and reduced: lakesync's events of the
-    streamed tables in Spark SQL, one job per table, the rest by the Python path (see the module docstring)."""
+    """A micro-batch of Spark's Kafka source (``includeHeaders``) decoded and reduced: the relay's events of the
+    streamed tables in Spark SQL, one job per table with records in the batch, the rest by the Python path (see
+    the module docstring). The records are persisted only when more than one job reads them."""
     topics = sql_decodable(plan)
-    records = batch_df.select(*INPUT_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
+    rest_needed = plan.topics_read is None or any(topic not in topics for topic in plan.topics_read)
+    records = batch_df.select(*INPUT_COLUMNS)
+    persisted = len(topics) + rest_needed > 1
+    if persisted:
+        records = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        taken = records.filter(in_sql(topics))
         tables: dict[str, ReducedTable] = {}
         failed: list[str] = []
         for topic, table in topics.items():
-            changes = table_changes(taken.filter(F.col("topic") == F.lit(topic)), plan.decode.schemas[table],
-                                    read_from=plan.decode.read_from.get(table),
+            changes = table_changes(records.filter((F.col("topic") == F.lit(topic)) & F.col("value").isNotNull()),
+                                    plan.decode.schemas[table], read_from=plan.decode.read_from.get(table),
                                     stop_before=plan.decode.stop_before.get(table))
             try:
                 reduced = _collect(changes, plan.decode.schemas[table], plan.keys.get(table))
@@ -159,13 +169,13 @@ def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
                 continue
             if reduced.rows.num_rows:
                 tables[table] = reduced
-        rest = records.filter(~in_sql(topics) | F.col("topic").isin(failed))
-        batch = run_records_on_executors(rest, plan)
+        batch = ReducedBatch()
+        if rest_needed or failed:
+            rest = records.filter(~F.col("topic").isin(list(topics)) | F.col("topic").isin(failed))
+            batch = run_records_on_executors(rest, plan)
     finally:
-        records.unpersist()
+        if persisted:
+            records.unpersist()
     for table, reduced in tables.items():
-        known = batch.tables.get(table)
-        if known is not None:  # some of its records had no canonical headers: the sink reduces both parts
-            reduced = ReducedTable(pa.concat_tables([known.rows, reduced.rows]), known.changes + reduced.changes)
         batch.tables[table] = reduced
     return batch
