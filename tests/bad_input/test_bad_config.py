@@ -82,6 +82,15 @@ def test_spark_sql_decode_with_lakesyncs_kafka_reader_is_refused(tmp_path, docum
     _refused(tmp_path, document, "stream", "spark_sql", "kafka_reader")
 
 
+def test_lakesyncs_kafka_reader_alone_decodes_in_python_and_spark_sql_is_the_default_otherwise(tmp_path, document):
+    document["stream"] = {"kafka_reader": "lakesync"}
+    write_pipeline(tmp_path / "pipelines", document)
+    assert load_pipeline(document["name"], tmp_path / "pipelines").stream.decode == "python"
+    document["stream"] = {}
+    write_pipeline(tmp_path / "pipelines", document)
+    assert load_pipeline(document["name"], tmp_path / "pipelines").stream.decode == "spark_sql"
+
+
 def test_unset_environment_reference_is_refused(tmp_path, document, monkeypatch):
     monkeypatch.delenv("LAKESYNC_BAD_ROOT", raising=False)
     document["delta"]["root"] = "${LAKESYNC_BAD_ROOT}/delta"

@@ -27,9 +27,19 @@ def test_a_partition_new_in_the_batch_counts_only_when_it_holds_records(tmp_path
     assert batch_topics(tmp_path, 1) == frozenset()
 
 
-def test_without_both_offset_files_the_topics_are_not_known(tmp_path) -> None:
+def test_a_first_batch_starts_where_sparks_kafka_source_started_the_checkpoint(tmp_path) -> None:
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "sources" / "0" / "0").write_text('\x00v1\n{"db.a":{"0":5},"db._schema":{"0":2}}')
+    _planned(tmp_path, 0, {"db.a": {"0": 9}, "db._schema": {"0": 2}})
+    assert batch_topics(tmp_path, 0) == frozenset({"db.a"})
+
+
+def test_without_the_files_where_the_batch_started_the_topics_are_not_known(tmp_path) -> None:
     _planned(tmp_path, 0, {"db.a": {"0": 5}})
-    assert batch_topics(tmp_path, 0) is None  # a first batch: where it started is not in the log
+    assert batch_topics(tmp_path, 0) is None  # no sources/0/0: not Spark's Kafka source's checkpoint
     assert batch_topics(tmp_path, 3) is None  # no offset file at all
     _planned(tmp_path, 3, {"db.a": {"0": 9}})
     assert batch_topics(tmp_path, 3) is None  # the previous batch's file is gone (Spark purged it)
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "sources" / "0" / "0").write_text("\x00v1\n")
+    assert batch_topics(tmp_path, 0) is None  # not the shape Spark writes

@@ -160,13 +160,21 @@ class Stream(_Strict):
         "on at its committed offsets (docs/stream.md, \"Kafka readers\").",
     )
     decode: Literal["python", "spark_sql"] = Field(
-        default="python",
-        description="Where the records of lakesync's events are decoded and reduced: 'python' (a Python worker "
-        "beside each task decodes Arrow batches column-wise) or 'spark_sql' (Spark SQL in the executors' JVM: "
-        "from_json and casts that refuse a value that does not fit; records it can't take still go the Python "
-        "way). 'spark_sql' needs "
-        "kafka_reader 'spark' (docs/stream.md, \"Decoding in Spark SQL\").",
+        default="spark_sql",
+        description="Where the relay's events are decoded: 'spark_sql' (the default with Spark's reader: Spark SQL "
+        "in the executors' JVM, from_json and casts that refuse a value that does not fit; records it can't take, "
+        "such as Debezium's, go the Python way) or 'python' (a Python worker beside each task decodes Arrow "
+        "batches column-wise; the default with kafka_reader 'lakesync', which 'spark_sql' can't read) "
+        "(docs/stream.md, \"Decoding in Spark SQL\").",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode_follows_the_reader(cls, data: object) -> object:
+        """lakesync's reader hands its records to Python itself: its decode is 'python' unless set otherwise."""
+        if isinstance(data, dict) and data.get("kafka_reader") == "lakesync" and "decode" not in data:
+            return {**data, "decode": "python"}
+        return data
 
     @model_validator(mode="after")
     def _decode_needs_sparks_reader(self) -> Stream:

@@ -72,14 +72,27 @@ def planned_offsets(checkpoint: Path, batch_id: int) -> dict[TP, int] | None:
 
 
 def batch_topics(checkpoint: Path, batch_id: int) -> frozenset[str] | None:
-    """The topics with records in batch ``batch_id``: those whose planned end moved past the previous batch's
-    (a partition the previous batch did not plan counts when its end is above 0), or None when either offset
-    file is not there (a first batch; one Spark has purged)."""
+    """The topics with records in batch ``batch_id``: those whose planned end moved past where the batch started
+    (the previous batch's planned end; for batch 0, the offsets Spark's Kafka source started the checkpoint at,
+    ``sources/0/0``). A partition not named where the batch started counts when its end is above 0. None when
+    a file is not there (Spark purged it; a checkpoint of another source)."""
     ends = planned_offsets(checkpoint, batch_id)
-    starts = planned_offsets(checkpoint, batch_id - 1) if batch_id > 0 else None
+    starts = planned_offsets(checkpoint, batch_id - 1) if batch_id > 0 else initial_offsets(checkpoint)
     if ends is None or starts is None:
         return None
     return frozenset(topic for (topic, partition), end in ends.items() if end > starts.get((topic, partition), 0))
+
+
+def initial_offsets(checkpoint: Path) -> dict[TP, int] | None:
+    """The offsets Spark's Kafka source started ``checkpoint`` at (``sources/0/0``: a zero byte, ``v1``, then
+    the offsets as JSON), or None when the file is not there or is not that."""
+    try:
+        lines = (checkpoint / "sources" / "0" / "0").read_text().lstrip("\x00").splitlines()
+        parts = json.loads(lines[1])
+        return {(topic, int(partition)): int(offset) for topic, offsets in parts.items()
+                for partition, offset in offsets.items()}
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
 
 
 def records_behind(committed: Mapping[TP, int], ends: Mapping[TP, int]) -> int:
