@@ -56,12 +56,13 @@ def _seen(batch: ReducedBatch, plan: ReducePlan) -> dict[str, object]:
             "newest": batch.newest}
 
 
-def _outcome(read, frame, plan: ReducePlan) -> dict[str, object]:
-    """:func:`_seen` of the batch a path reads, or the lakesync error it fails with."""
+def _outcome(read, frame, plan: ReducePlan) -> tuple[dict[str, object], ReducedBatch | None]:
+    """:func:`_seen` of the batch a path reads (and the batch), or the error it fails with."""
     try:
-        return _seen(read(frame, plan), plan)
+        batch = read(frame, plan)
     except Exception as exc:  # compared between the two paths: the same failure, said the same way
-        return {"failed": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        return {"failed": f"{type(exc).__name__}: {exc}".splitlines()[0]}, None
+    return _seen(batch, plan), batch
 
 
 def _assert_same_as_python(spark, records: pa.Table, plan: ReducePlan, caplog, *, in_sql: bool = True
@@ -69,12 +70,14 @@ def _assert_same_as_python(spark, records: pa.Table, plan: ReducePlan, caplog, *
     """Both paths give the same batch; ``in_sql``: Spark SQL decoded the tables' records itself (else the
     tables took the Python path)."""
     frame = _frame(spark, records)
-    python = _outcome(run_records_on_executors, frame, plan)
+    python, _ = _outcome(run_records_on_executors, frame, plan)
     assert "failed" not in python, python
     with caplog.at_level(logging.INFO, logger="lakesync.stream.sql_decode"):
-        assert _outcome(run_records_in_sql, frame, plan) == python
+        seen, batch = _outcome(run_records_in_sql, frame, plan)
+    assert seen == python
     assert (FALLBACK not in caplog.text) == in_sql, caplog.text
-    return run_records_in_sql(frame, plan)
+    assert batch is not None
+    return batch
 
 
 def test_every_type_decodes_in_spark_sql_as_the_python_decode_decodes_it(spark, caplog) -> None:
@@ -137,13 +140,13 @@ def test_a_value_spark_sql_cannot_decode_sends_the_tables_records_the_python_way
     value = b"{not json" if broken == "not_json" else json.dumps(document).encode()
     encoded[2] = (value, encoded[2][1])
     frame = _frame(spark, columnar.kafka_records(encoded))
-    python = _outcome(run_records_on_executors, frame, _plan())
+    python, _ = _outcome(run_records_on_executors, frame, _plan())
     if broken in ("unknown_op", "not_json"):  # the driver's record decoder refuses the event
         assert "EventFormatError" in str(python["failed"]), python
     else:  # the driver decodes it after the batch's schema changes (here: none, so the stream would stop)
         assert columnar._mixed_events()[2].position.key() in python["raw"]["t"], python
     with caplog.at_level(logging.INFO, logger="lakesync.stream.sql_decode"):
-        assert _outcome(run_records_in_sql, frame, _plan()) == python
+        assert _outcome(run_records_in_sql, frame, _plan())[0] == python
     assert FALLBACK in caplog.text
 
 
