@@ -116,6 +116,10 @@ def test_a_topic_with_records_other_than_the_relays_events_takes_the_python_path
     encoded[4] = (value, headers)
     got = _assert_same_as_python(spark, columnar.kafka_records(encoded), _plan(keyed=False), caplog, in_sql=False)
     assert got.tables["t"].changes == 6
+    assert got.not_relay_topics == {TOPIC}, "the stream decodes such a topic the Python way from then on"
+    caplog.clear()
+    plan = ReducePlan(_plan(keyed=False).decode, {}, python_topics=frozenset({TOPIC}))
+    _assert_same_as_python(spark, columnar.kafka_records(encoded), plan, caplog, in_sql=True)  # not even tried
 
 
 def test_changes_outside_a_tables_read_from_and_stop_before_positions_are_left_out(spark, caplog) -> None:
@@ -125,7 +129,8 @@ def test_changes_outside_a_tables_read_from_and_stop_before_positions_are_left_o
     assert [row[POS] for row in got.tables["t"].rows.to_pylist()] == sorted(e.position.key() for e in events[3:9])
 
 
-@pytest.mark.parametrize("broken", ["overflow", "bad_base64", "unknown_op", "not_json"])
+@pytest.mark.parametrize("broken", ["overflow", "bad_base64", "unknown_op", "not_json", "decimal_digits",
+                                    "date_with_time"])
 def test_a_value_spark_sql_cannot_decode_sends_the_tables_records_the_python_way(spark, broken, caplog) -> None:
     """The Python path hands such records to the driver raw (which decodes them with the batch's new schema,
     or says what is wrong): the table's job fails in Spark SQL, and the same records take that path."""
@@ -135,6 +140,10 @@ def test_a_value_spark_sql_cannot_decode_sends_the_tables_records_the_python_way
         document["after"]["c0"] = 1000  # a tinyint column: a type change in this very batch looks like this
     elif broken == "bad_base64":
         document["after"]["c32"] = "not base64!"
+    elif broken == "decimal_digits":  # decimal(10,2): Spark's cast would round it, Python refuses it
+        document["after"]["c13"] = "1.235"
+    elif broken == "date_with_time":  # Spark's cast would take the date, Python refuses it
+        document["after"]["c20"] = "2020-01-01 10:00:00"
     elif broken == "unknown_op":
         document["op"] = "x"
     value = b"{not json" if broken == "not_json" else json.dumps(document).encode()
@@ -148,6 +157,8 @@ def test_a_value_spark_sql_cannot_decode_sends_the_tables_records_the_python_way
     with caplog.at_level(logging.INFO, logger="lakesync.stream.sql_decode"):
         assert _outcome(run_records_in_sql, frame, _plan())[0] == python
     assert FALLBACK in caplog.text
+    if "failed" not in python:  # the relay's events, with a bad value: the topic is tried in Spark SQL next time
+        assert not run_records_in_sql(frame, _plan()).not_relay_topics
 
 
 def test_schema_records_and_the_topics_of_stopped_tables_go_the_python_way(spark, caplog) -> None:
@@ -205,3 +216,15 @@ def test_the_batch_runs_only_the_jobs_its_topics_need(spark, caplog, monkeypatch
     got = run_records_in_sql(frame, plan)
     assert calls == {"python": python_jobs, "persist": persists}
     assert got.tables["t"].changes == len(events)
+
+
+def test_a_failure_that_is_not_the_records_fails_the_batch_instead_of_going_the_python_way(spark, monkeypatch) -> None:
+    from lakesync.stream import sql_decode
+
+    def interrupted(*args, **kwargs):
+        raise RuntimeError("py4j: java.lang.InterruptedException (the query is stopping)")
+
+    monkeypatch.setattr(sql_decode, "_collect", interrupted)
+    frame = _frame(spark, columnar.kafka_records(columnar._encoded(columnar._mixed_events()[:4])))
+    with pytest.raises(RuntimeError, match="InterruptedException"):
+        run_records_in_sql(frame, _plan())

@@ -201,10 +201,8 @@ def _spark_reader_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> fl
 def _sql_decode_jobs(records: Any, plan: Any) -> list[Any]:
     """``stream.decode: spark_sql``'s executor work (:mod:`lakesync.stream.sql_decode`): each table's records
     decoded in Spark SQL, one job per table, as the stream runs it."""
-    from pyspark.sql import functions as F
+    from lakesync.stream.sql_decode import sql_decodable, table_changes, table_records
 
-    from lakesync.stream.sql_decode import sql_decodable, table_changes
-
-    return [table_changes(records.filter((F.col("topic") == F.lit(topic)) & F.col("value").isNotNull()),
-                          plan.decode.schemas[table], read_from=plan.decode.read_from.get(table), stop_before=None)
+    return [table_changes(table_records(records, topic), plan.decode.schemas[table],
+                          read_from=plan.decode.read_from.get(table), stop_before=None)
             for topic, table in sql_decodable(plan).items()]

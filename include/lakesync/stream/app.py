@@ -214,6 +214,8 @@ class BatchApplier:
         self.watch_new_tables = watch_new_tables
         #: tables that joined in this query's batches: the query must be restarted to read their topics
         self.joined: list[str] = []
+        #: topics Spark SQL's decode leaves to the Python path in this query (records not the relay's events)
+        self.python_topics: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._looked_for_older = False
@@ -239,6 +241,7 @@ class BatchApplier:
         self._resume_reloaded()
         topics_read = batch_topics(checkpoint_dir(self.pipeline), batch_id)
         batch = self.read_batch(batch_df, self.plan({}, topics_read))
+        self._note_not_relay_topics(batch.not_relay_topics)
         decoded = time.monotonic()
         schemas = dict(self.schemas)
         stop_at, fills = self._apply_schema_changes(batch.schema_changes)
@@ -315,6 +318,14 @@ class BatchApplier:
         self.sinks[name] = _sink(self.pipeline, table)
         self.schemas[name] = _delta_schema(table.uri, self.pipeline.delta.storage_options)
 
+    def _note_not_relay_topics(self, topics: set[str]) -> None:
+        """Topics whose records are not the relay's events (Debezium's) go the Python way for the rest of the
+        query: Spark SQL's decode would fail over on every batch."""
+        for topic in sorted(topics - self.python_topics):
+            log.warning("topic %s carries records other than the relay's events (Debezium's?): the stream decodes "
+                        "it with the Python decode from now on (stream.decode: python avoids the first try)", topic)
+        self.python_topics |= topics
+
     def plan(self, stop_before: dict[str, str], topics_read: frozenset[str] | None = None) -> ReducePlan:
         """What the executors decode and reduce: the tables not stopped, with their current schemas;
         ``topics_read``: the topics with records in the batch, when known (:func:`batch_topics`)."""
@@ -331,7 +342,7 @@ class BatchApplier:
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}
         watch = frozenset(t.topic for t in self.by_topic.values() if t.name not in live or t.name in stop_before)
-        return ReducePlan(decode, keys, watch, topics_read)
+        return ReducePlan(decode, keys, watch, topics_read, frozenset(self.python_topics))
 
     def _stopped(self, table_name: str) -> bool:
         progress = self.progress.tables.get(table_name)

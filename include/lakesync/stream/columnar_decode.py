@@ -39,7 +39,7 @@ from lakesync.stream.decode import (
 
 #: ``SourcePosition.key()`` exactly: a header of this shape is the position the record decoder would
 #: rebuild, character for character (it parses the three numbers and prints them at these widths).
-KEY_PATTERN = "^" + r"\.".join(rf"\d{{{len(part)}}}" for part in MIN_KEY.split(".")) + "$"
+KEY_PATTERN = "^" + r"\.".join(rf"\d{{{len(part)}}}" for part in MIN_KEY.split(".")) + r"\z"
 _ARRIVAL = "_lakesync_arrival"
 
 
@@ -116,10 +116,7 @@ def _fast_decode(records: pa.Table, schema: pa.Schema) -> pa.Table | None:
         arrays.append(_to_target(image, f.type))
     pos = header_column(records.column("headers").combine_chunks(), H_POS).cast(pa.string())
     ts = pc.struct_field(parsed.column("source").combine_chunks(), "ts_ms").fill_null(0)
-    names = [*schema.names, *META_COLUMNS]
-    fields = [*(f.with_nullable(True) for f in schema), pa.field(names[-3], pa.string()),
-              pa.field(names[-2], pa.string()), pa.field(names[-1], pa.int64())]
-    return pa.Table.from_arrays([*arrays, pos, op, ts], schema=pa.schema(fields))
+    return pa.Table.from_arrays([*arrays, pos, op, ts], schema=change_schema(schema))
 
 
 def _record_decode(records: pa.Table, topic: str, table: str, schema: pa.Schema, after: str) -> pa.Table:

@@ -63,6 +63,8 @@ class ReducePlan:
     watch_topics: frozenset[str] = frozenset()
     #: the topics with records in the batch (from the checkpoint's offsets; None: not known, any may have)
     topics_read: frozenset[str] | None = None
+    #: topics Spark SQL's decode leaves to the Python path: they carried records other than the relay's events
+    python_topics: frozenset[str] = frozenset()
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -183,6 +185,8 @@ class ReducedBatch:
     raw: DecodedBatch | None = None
     #: per watched topic (:attr:`ReducePlan.watch_topics`), the newest position key read in the batch
     newest: dict[str, str] = field(default_factory=dict)
+    #: topics whose records Spark SQL's decode found not to be the relay's events (:mod:`lakesync.stream.sql_decode`)
+    not_relay_topics: set[str] = field(default_factory=set)
 
     def add_raw(self, schemas: Mapping[str, pa.Schema], stop_before: Mapping[str, str],
                 handoffs: Mapping[str, str], read_from: Mapping[str, str]) -> None:

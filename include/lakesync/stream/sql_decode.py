@@ -73,6 +73,20 @@ def _relay_layout() -> Column:
     return layout
 
 
+def _strict_shape(arrow_type: pa.DataType) -> str | None:
+    """The exact text a value of ``arrow_type`` must have where Spark's cast accepts more than Python's
+    conversion: DECIMAL digits beyond the scale (Spark rounds, Python refuses), base64 with whitespace, a
+    date with trailing text. The relay never writes those; a value that has them goes the Python way."""
+    if pa.types.is_decimal(arrow_type):
+        fraction = rf"(\.\d{{0,{arrow_type.scale}}})?" if arrow_type.scale else ""
+        return rf"^-?\d+{fraction}\z"
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return r"^[A-Za-z0-9+/]*={0,2}\z"
+    if pa.types.is_date32(arrow_type):
+        return r"^\d{4}-\d{2}-\d{2}\z"
+    return None
+
+
 def typed(text: Column, arrow_type: pa.DataType, name: str) -> Column:
     """A column's JSON form (as text) converted to its Delta type, as :mod:`lakesync.core.types` converts it:
     numbers, exact DECIMAL strings and ISO dates and timestamps by a cast, FLOAT through DOUBLE (as Python
@@ -85,6 +99,9 @@ def typed(text: Column, arrow_type: pa.DataType, name: str) -> Column:
         value = text.try_cast("double").try_cast("float")
     else:
         value = text.try_cast(from_arrow_type(arrow_type, prefer_timestamp_ntz=True))
+    shape = _strict_shape(arrow_type)
+    if shape is not None:  # where Spark's cast is laxer than Python's conversion (rounding, whitespace, trailing text)
+        value = F.when(text.rlike(shape), value)
     refused = F.raise_error(F.concat(F.lit(f"column {name}: the value "), F.substring(text, 1, 80),
                                      F.lit(f" is not a {arrow_type}")))
     return F.when(text.isNotNull() & value.isNull(), refused).otherwise(value)
@@ -92,9 +109,10 @@ def typed(text: Column, arrow_type: pa.DataType, name: str) -> Column:
 
 def sql_decodable(plan: ReducePlan) -> dict[str, str]:
     """The topics (and their tables) this path decodes: the streamed tables' topics with records in the batch
-    (all of them when the plan does not know), minus those watched for a stopped table."""
+    (all of them when the plan does not know), minus those watched for a stopped table and those found to carry
+    records other than the relay's events (:attr:`ReducePlan.python_topics`)."""
     return {topic: table for topic, table in plan.decode.topic_tables.items()
-            if table in plan.decode.schemas and topic not in plan.watch_topics
+            if table in plan.decode.schemas and topic not in plan.watch_topics | plan.python_topics
             and (plan.topics_read is None or topic in plan.topics_read)}
 
 
@@ -110,9 +128,10 @@ def relay_position() -> Column:
 
 def table_changes(records: DataFrame, schema: pa.Schema, *, read_from: str | None, stop_before: str | None
                   ) -> DataFrame:
-    """One table's records (its topic's, Kafka tombstones left out) as change rows: the columns of ``schema``
-    with their Delta types, then position, op and source time, for the changes in ``[read_from, stop_before)``.
-    A record that is not one of the relay's events, or does not decode, fails the job (never a silent NULL)."""
+    """One table's records (:func:`table_records`) as change rows: the columns of ``schema`` with their Delta
+    types, then position, op and source time, for the changes in ``[read_from, stop_before)``. A record that is
+    not one of the relay's events, or does not decode, fails the job (never a silent NULL). (The stream gives
+    no ``stop_before`` in practice: a table stopping in the batch is watched, so it goes the Python way.)"""
     image = StructType([StructField(field.name, StringType()) for field in schema])
     envelope = StructType([StructField("before", image), StructField("after", image), StructField("op", StringType()),
                            StructField("source", StructType([StructField("ts_ms", LongType())]))])
@@ -138,6 +157,23 @@ def _collect(changes: DataFrame, schema: pa.Schema, keys: list[str] | None) -> R
     return ReducedTable(last_change_per_key(rows, keys) if keys else rows, rows.num_rows)
 
 
+def table_records(records: DataFrame, topic: str) -> DataFrame:
+    """The records of ``topic`` that are changes (a Kafka tombstone, no value, is compaction's marker)."""
+    return records.filter((F.col("topic") == F.lit(topic)) & F.col("value").isNotNull())
+
+
+#: how Spark reports the decode's own refusals: ``raise_error`` (a value that does not convert, a record not the
+#: relay's, an unknown op) and ``from_json``'s FAILFAST (a value that is not JSON)
+DECODE_REFUSALS = ("USER_RAISED_EXCEPTION", "MALFORMED_RECORD_IN_PARSING")
+
+
+def refused_by_the_decode(exc: Exception) -> bool:
+    """Whether a failed job failed on its records (the Python path then takes them), not on anything else: a
+    query stopping (interrupted, cancelled jobs), Kafka (data loss), memory, a bug, all of which must fail."""
+    text = str(exc)
+    return any(marker in text for marker in DECODE_REFUSALS)
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc)
     return next((line for line in text.splitlines() if line.strip()), text)[:300]
@@ -156,16 +192,22 @@ def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
     try:
         tables: dict[str, ReducedTable] = {}
         failed: list[str] = []
+        not_relay: set[str] = set()
         for topic, table in topics.items():
-            changes = table_changes(records.filter((F.col("topic") == F.lit(topic)) & F.col("value").isNotNull()),
-                                    plan.decode.schemas[table], read_from=plan.decode.read_from.get(table),
+            # built outside the try: a plan Spark can't make (a type it does not have) fails the batch
+            changes = table_changes(table_records(records, topic), plan.decode.schemas[table],
+                                    read_from=plan.decode.read_from.get(table),
                                     stop_before=plan.decode.stop_before.get(table))
             try:
                 reduced = _collect(changes, plan.decode.schemas[table], plan.keys.get(table))
-            except Exception as exc:  # whatever Spark raised: the Python path decodes them, or says what is wrong
+            except Exception as exc:
+                if not refused_by_the_decode(exc):
+                    raise  # a stop (interrupted, cancelled), Kafka, memory: not the records' fault
                 log.info("table %s: this batch's records do not decode in Spark SQL with the table's schema (%s); "
                          "the Python decode takes them", table, _first_line(exc))
                 failed.append(topic)
+                if NOT_RELAY_EVENT in str(exc):
+                    not_relay.add(topic)
                 continue
             if reduced.rows.num_rows:
                 tables[table] = reduced
@@ -178,4 +220,5 @@ def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
             records.unpersist()
     for table, reduced in tables.items():
         batch.tables[table] = reduced
+    batch.not_relay_topics = not_relay
     return batch
