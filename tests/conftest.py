@@ -70,6 +70,18 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(params=["delta_rs", "delta_spark"])
+def writer(request):
+    """The sink class of each ``stream.writer``: delta-rs's, and delta-spark's (in the shared Spark session)."""
+    from lakesync.sink import DeltaSink
+    from lakesync.sink.spark_writes import SparkDeltaSink
+
+    if request.param == "delta_spark":
+        request.getfixturevalue("spark")  # the sink opens a session of the running one
+        return SparkDeltaSink
+    return DeltaSink
+
+
 # -- exit guard ---------------------------------------------------------------------------------------------
 # At interpreter shutdown, Arrow C++ tears down its thread pools; a pool thread still inside Python (reading
 # a Delta table through pyarrow's Python filesystem, as deltalake's to_pyarrow_table does) makes libstdc++

@@ -2,7 +2,8 @@
 
 The first run committed batch N covering offsets [a, b); the restored checkpoint plans batch N again, now
 covering [a, c). The sink must apply what the first batch N lacked and apply nothing twice, for both
-semantics, and say (log) that the checkpoint is behind what Delta recorded. Delta is read back with the
+semantics and both writers (``stream.writer``), and say (log) that the checkpoint is behind what Delta
+recorded. Delta is read back with the
 oracle's own reader (``tests.oracle.read_delta``), not with the sink.
 """
 
@@ -36,9 +37,9 @@ def changes(rows: list[tuple[int, str | None, int, str]]) -> pa.Table:
     })
 
 
-def loaded_sink(tmp_path: Path, semantics: str = "exactly_once") -> DeltaSink:
+def loaded_sink(tmp_path: Path, writer: type[DeltaSink], semantics: str = "exactly_once") -> DeltaSink:
     keys = ["id"] if semantics == "exactly_once" else []
-    sink = DeltaSink(str(tmp_path / "lake" / "orders"), key_columns=keys, semantics=semantics)  # type: ignore[arg-type]
+    sink = writer(str(tmp_path / "lake" / "orders"), key_columns=keys, semantics=semantics)  # type: ignore[arg-type]
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=SCHEMA)
     sink.write_snapshot([batch], schema=SCHEMA, position=SNAPSHOT, snapshot_ts_ms=1)
     return sink
@@ -48,8 +49,8 @@ def loaded_sink(tmp_path: Path, semantics: str = "exactly_once") -> DeltaSink:
 EVENTS = [(10, "new", 6000, "c"), (1, "a1", 6100, "u"), (2, None, 6200, "d"), (11, "later", 6300, "c")]
 
 
-def test_replanned_batch_with_a_larger_range_applies_what_the_first_lacked(tmp_path):
-    sink = loaded_sink(tmp_path)
+def test_replanned_batch_with_a_larger_range_applies_what_the_first_lacked(tmp_path, writer):
+    sink = loaded_sink(tmp_path, writer)
     sink.apply_changes(changes(EVENTS[:2]), app_id="stream", batch_version=4)
     replay = sink.apply_changes(changes(EVENTS), app_id="stream", batch_version=4)
 
@@ -59,8 +60,8 @@ def test_replanned_batch_with_a_larger_range_applies_what_the_first_lacked(tmp_p
     assert sink.committed_batch_version("stream") == 4
 
 
-def test_append_log_replanned_batch_appends_only_the_missing_changes(tmp_path):
-    sink = loaded_sink(tmp_path, "append_log")
+def test_append_log_replanned_batch_appends_only_the_missing_changes(tmp_path, writer):
+    sink = loaded_sink(tmp_path, writer, "append_log")
     sink.apply_changes(changes(EVENTS[:2]), app_id="stream", batch_version=4)
     sink.apply_changes(changes(EVENTS), app_id="stream", batch_version=4)
     # a restored checkpoint further back re-plans batch 3 too, overlapping what batch 4 committed
@@ -71,19 +72,19 @@ def test_append_log_replanned_batch_appends_only_the_missing_changes(tmp_path):
     assert logged == sorted((pos(e[2]), e[3]) for e in EVENTS)
 
 
-def test_exactly_identical_replay_is_still_skipped(tmp_path):
-    sink = loaded_sink(tmp_path)
+def test_exactly_identical_replay_is_still_skipped(tmp_path, writer):
+    sink = loaded_sink(tmp_path, writer)
     sink.apply_changes(changes(EVENTS[:2]), app_id="stream", batch_version=4)
     assert sink.apply_changes(changes(list(reversed(EVENTS[:2]))), app_id="stream", batch_version=4).skipped
 
 
-def test_a_checkpoint_behind_the_tables_recorded_progress_is_logged(tmp_path, caplog):
-    sink = loaded_sink(tmp_path)
+def test_a_checkpoint_behind_the_tables_recorded_progress_is_logged(tmp_path, caplog, writer):
+    sink = loaded_sink(tmp_path, writer)
     sink.apply_changes(changes(EVENTS[:2]), app_id="stream", batch_version=4)
     sink.apply_changes(changes(EVENTS[2:]), app_id="stream", batch_version=5)
     with caplog.at_level(logging.WARNING, logger="lakesync.sink"):
         sink.apply_changes(changes(EVENTS[1:]), app_id="stream", batch_version=4)
 
-    behind = [r for r in caplog.records if "behind" in r.getMessage()]
+    behind = [r for r in caplog.records if "checkpoint is behind" in r.getMessage()]
     assert behind and "batch 4" in behind[0].getMessage() and "5" in behind[0].getMessage()
     assert sink.committed_batch_version("stream") == 5  # the recorded progress never moves backwards

@@ -8,6 +8,7 @@ replayed older insert cannot bring a deleted row back.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -115,11 +116,13 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("decode", ["python", "spark_sql"])
+@pytest.mark.parametrize(("decode", "writer"), [("python", "delta_rs"), ("spark_sql", "delta_rs"),
+                                               ("spark_sql", "delta_spark")])
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
-        decode, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
+        decode, writer, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
     """Both decodes (``stream.decode``): the Python workers' and Spark SQL's in the JVM (which must have decoded
-    the tables' events itself, never handing them to the Python decode)."""
+    the tables' events itself, never handing them to the Python decode); and both writers (``stream.writer``):
+    with delta-spark the tables' batches are delta-spark MERGEs and appends, with deletion vectors."""
     decoded_in_sql: list[str] = []
     table_changes = sql_decode.table_changes
     monkeypatch.setattr(sql_decode, "table_changes", lambda records, schema, **kwargs: (
@@ -128,7 +131,7 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     with mariadb.connect() as conn:
         create_demo_database(conn, fresh_database)
         seed_demo_data(conn, fresh_database, customers=50, transactions=500)
-    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode},
+    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode, "writer": writer},
                               tables={"overrides": {"audit_log": {"semantics": "append_log"}}})
     FullLoad(pipeline=pipeline).run()
 
@@ -170,6 +173,12 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     assert compared == {"customers", "accounts", "transactions", "daily_balances"}
     assert bool(decoded_in_sql) == (decode == "spark_sql")
     assert "the Python decode takes them" not in caplog.text
+    for table in (*keyed, "audit_log"):
+        log_dir = Path(pipeline.delta.table_uri(table), "_delta_log")
+        infos = [json.loads(line)["commitInfo"] for path in sorted(log_dir.glob("*.json"))
+                 for line in path.read_text().splitlines() if '"commitInfo"' in line]
+        by_spark = [i for i in infos if "Delta-Lake" in i.get("engineInfo", "") and i["operation"] in ("MERGE", "WRITE")]
+        assert bool(by_spark) == (writer == "delta_spark"), (table, [i["operation"] for i in infos])
 
 
 # -- the handoff ------------------------------------------------------------------------------------------------

@@ -1,14 +1,19 @@
-"""``merge_cost_growth``: does the MERGE get slower as the table grows?
+"""``merge_cost_growth`` and ``merge_vs_delta_rs``: does the MERGE get slower as the table grows, and how do the
+stream's two writers (``stream.writer``) compare on the same work?
 
 Two Delta tables, SMALL and LARGE rows, written as the full load writes them (``DeltaSink.write_snapshot``,
-rows in key order). Into each, the sink (``DeltaSink.apply_changes``, the stream's own commit path) applies
-a few batches of updates, skewed (80% on the newest 10% of the keys, the OLTP shape) and uniform. The
-figure is LARGE's changes/s over SMALL's: 1.0 means the MERGE cost does not grow with the table.
-The sink alone is measured here, so the figure says what the table and the MERGE cost, not Kafka or Spark.
+rows in key order), and a copy of each per writer, so both start from the same files. Into each, the sink
+(``apply_changes``, the stream's own commit path: delta-rs's :class:`DeltaSink` or delta-spark's
+:class:`SparkDeltaSink`, which switches deletion vectors on at its first write) applies the same few batches
+of updates, skewed (80% on the newest 10% of the keys, the OLTP shape) and uniform. ``growth`` is LARGE's
+changes/s over SMALL's per writer (1.0: the MERGE cost does not grow with the table); ``merge_vs_delta_rs``
+is delta-spark's changes/s over delta-rs's per table. The sink alone is measured, not Kafka; delta-spark's
+session is warmed by one MERGE into a scratch table first, so its JVM start is not counted.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -57,11 +62,19 @@ def changes_batch(keys: np.ndarray, batch: int) -> pa.Table:
     })
 
 
-def merge_rate(uri: str, rows: int, *, skewed: bool, seed: int = 7) -> float:
-    """Changes/s the sink applies into the table at ``uri`` (``rows`` rows)."""
-    from lakesync.sink import DeltaSink
+WRITERS = ("delta_rs", "delta_spark")
 
-    sink = DeltaSink(uri, key_columns=["id"])
+
+def _sink(uri: str, writer: str):
+    from lakesync.sink import DeltaSink
+    from lakesync.sink.spark_writes import SparkDeltaSink
+
+    return (SparkDeltaSink if writer == "delta_spark" else DeltaSink)(uri, key_columns=["id"])
+
+
+def merge_rate(uri: str, rows: int, *, skewed: bool, writer: str = "delta_rs", seed: int = 7) -> float:
+    """Changes/s the ``writer``'s sink applies into the table at ``uri`` (``rows`` rows)."""
+    sink = _sink(uri, writer)
     rng = np.random.default_rng(seed)
     batches = [changes_batch(update_keys(rows, BATCH_CHANGES, skewed=skewed, rng=rng), b) for b in range(BATCHES)]
     began = time.perf_counter()
@@ -70,17 +83,38 @@ def merge_rate(uri: str, rows: int, *, skewed: bool, seed: int = 7) -> float:
     return BATCHES * BATCH_CHANGES / (time.perf_counter() - began)
 
 
+def _warm_spark(folder: Path) -> None:
+    """A Spark session, and one MERGE into a scratch table, before delta-spark is timed."""
+    from lakesync.spark.session import build_spark_session
+
+    build_spark_session("lakesync-bench-merge")
+    uri = str(folder / "warm-up")
+    build_table(uri, 1_000)
+    merge_rate(uri, 1_000, skewed=True, writer="delta_spark")
+
+
 def merge_cost_growth(folder: Path, sizes: tuple[int, int]) -> dict[str, Any]:
-    """The figures for both sizes and both distributions, and the growth ratios (LARGE over SMALL)."""
+    """The figures of both writers for both sizes and both distributions, the growth ratios (LARGE over SMALL)
+    and delta-spark over delta-rs."""
     small, large = sizes
-    rates: dict[str, float] = {}
+    _warm_spark(folder)
+    rates: dict[str, dict[str, float]] = {writer: {} for writer in WRITERS}
     for rows in (small, large):
         for skewed in (True, False):
-            uri = str(folder / f"t{rows}_{'skewed' if skewed else 'uniform'}")
-            build_table(uri, rows)
-            rates[f"{'skewed' if skewed else 'uniform'}_{rows}"] = round(merge_rate(uri, rows, skewed=skewed), 1)
+            name = f"{'skewed' if skewed else 'uniform'}_{rows}"
+            built = str(folder / f"t{name}")
+            build_table(built, rows)
+            for writer in WRITERS:
+                uri = f"{built}_{writer}"
+                shutil.copytree(built, uri)
+                rates[writer][name] = round(merge_rate(uri, rows, skewed=skewed, writer=writer), 1)
+                shutil.rmtree(uri)
+            shutil.rmtree(built)
+    growth = {writer: {dist: round(rates[writer][f"{dist}_{large}"] / rates[writer][f"{dist}_{small}"], 3)
+                       for dist in ("skewed", "uniform")} for writer in WRITERS}
     return {
-        "small_rows": small, "large_rows": large, "batch_changes": BATCH_CHANGES, "changes_per_s": rates,
-        "skewed": round(rates[f"skewed_{large}"] / rates[f"skewed_{small}"], 3),
-        "uniform": round(rates[f"uniform_{large}"] / rates[f"uniform_{small}"], 3),
+        "small_rows": small, "large_rows": large, "batch_changes": BATCH_CHANGES, "batches": BATCHES,
+        "changes_per_s": rates, "growth": growth,
+        "merge_vs_delta_rs": {name: round(rates["delta_spark"][name] / rates["delta_rs"][name], 3)
+                              for name in rates["delta_rs"]},
     }

@@ -152,6 +152,14 @@ class Stream(_Strict):
         description="The MERGEs of the tables one micro-batch changed run this many at once (each table is its "
         "own Delta table; delta-rs works outside the GIL); 1: one after another.",
     )
+    writer: Literal["delta_rs", "delta_spark"] = Field(
+        default="delta_rs",
+        description="What commits the stream's batches: 'delta_rs' (on the driver, copy-on-write) or 'delta_spark' "
+        "(delta-spark MERGE in Spark's JVM with deletion vectors; the path that scales out, not yet the default). "
+        "The first delta-spark write of a table switches its deletion vectors on: a protocol upgrade (reader 3 / "
+        "writer 7) that can't be undone (docs/sink.md, \"Writing with delta-spark\"). The full load, settlement "
+        "and maintenance write with delta-rs either way.",
+    )
     kafka_reader: Literal["spark", "lakesync"] = Field(
         default="spark",
         description="How the stream reads Kafka: Spark's own Kafka source (spark-sql-kafka-0-10, in the JVM) or "

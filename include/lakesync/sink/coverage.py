@@ -85,6 +85,19 @@ class BatchCoverage:
         return self.digest == other.digest and self.changes == other.changes and same_offsets
 
 
+def commit_metadata(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A commit's lakesync metadata, wherever its writer put it: delta-rs writes custom metadata as keys of the
+    commit info, delta-spark as one JSON object in ``userMetadata`` (:mod:`lakesync.sink.spark_writes`)."""
+    user = info.get("userMetadata")
+    if not isinstance(user, str) or not user.startswith("{"):
+        return info
+    try:
+        parsed = json.loads(user)
+    except ValueError:
+        return info
+    return {**info, **parsed} if isinstance(parsed, dict) else info
+
+
 def recorded_coverage(table: DeltaTable, app_id: str, batch_version: int) -> BatchCoverage | None:
     """The coverage the commit of ``(app_id, batch_version)`` recorded, or None when it cannot be found.
 
@@ -92,7 +105,7 @@ def recorded_coverage(table: DeltaTable, app_id: str, batch_version: int) -> Bat
     "not provably the same", so the caller applies the batch.
     """
     version = str(batch_version)
-    for info in table.history(HISTORY_LIMIT):
+    for info in map(commit_metadata, table.history(HISTORY_LIMIT)):
         if info.get(APP_ID_KEY) == app_id and str(info.get(VERSION_KEY)) == version and DIGEST_KEY in info:
             return BatchCoverage.from_commit(info)
     return None

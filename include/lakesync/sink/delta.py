@@ -45,7 +45,7 @@ from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
-from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
+from lakesync.sink.writer import ATTEMPT_KEY, TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ class ApplyResult:
     rows_updated: int = 0
     rows_deleted: int = 0
     table_version: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What a batch's commit records: its app transaction ``(app_id, version)`` (None when the table already
+    records that version or a later one) and its commit metadata (coverage, operation, attempt)."""
+
+    transaction: tuple[str, int] | None
+    metadata: dict[str, str]
+
+
+def _commit_properties(commit: BatchCommit) -> CommitProperties:
+    """``commit`` as delta-rs writes it."""
+    transactions = [Transaction(*commit.transaction)] if commit.transaction else None
+    return CommitProperties(app_transactions=transactions, custom_metadata=commit.metadata)
 
 
 class DeltaSink:
@@ -231,7 +246,12 @@ class DeltaSink:
         def attempt(number: int) -> ApplyResult:
             return self._apply_once(changes, app_id=app_id, batch_version=batch_version, offsets=offsets,
                                     attempt=number)
-        return commit_with_retry(attempt, what=f"batch {batch_version} of {app_id}", table_uri=self.table_uri)
+        return commit_with_retry(attempt, what=f"batch {batch_version} of {app_id}", table_uri=self.table_uri,
+                                 conflicts=self._commit_conflicts())
+
+    def _commit_conflicts(self) -> tuple[type[BaseException], ...]:
+        """The errors that mean a commit lost the race to a concurrent writer (re-plan and retry)."""
+        return (CommitFailedError,)
 
     def _apply_once(self, changes: pa.Table, *, app_id: str, batch_version: int, offsets: Offsets | None,
                     attempt: int) -> ApplyResult:
@@ -253,18 +273,18 @@ class DeltaSink:
                         "applying it", self.table_uri, batch_version, app_id,
                         "unknown" if recorded is None else f"{recorded.changes} from {recorded.first}",
                         f"{coverage.changes} from {coverage.first}")
-        version = batch_version if committed is None else max(committed, batch_version)
-        commit = with_attempt(CommitProperties(
-            app_transactions=[Transaction(app_id, version)],
-            custom_metadata={"lakesync.operation": f"apply_changes:{self.semantics}",
-                             **coverage.metadata(app_id, batch_version)},
-        ), attempt)
+        # The app transaction only moves forwards: delta-spark skips, silently, a commit whose version is not
+        # above the recorded one, so a batch re-applied at or below it is written without one (for both writers).
+        commit = BatchCommit(
+            transaction=(app_id, batch_version) if committed is None or committed < batch_version else None,
+            metadata={"lakesync.operation": f"apply_changes:{self.semantics}",
+                      **coverage.metadata(app_id, batch_version), ATTEMPT_KEY: str(attempt)})
         if self.semantics == "append_log":
             return self._append(table, changes, commit)
         return self._merge(table, changes, app_id=app_id, batch_version=batch_version, commit=commit)
 
     def _merge(
-        self, table: DeltaTable, changes: pa.Table, *, app_id: str, batch_version: int, commit: CommitProperties
+        self, table: DeltaTable, changes: pa.Table, *, app_id: str, batch_version: int, commit: BatchCommit
     ) -> ApplyResult:
         check_changes(changes, self.key_columns)
         target = delta_arrow_schema(table)
@@ -278,12 +298,7 @@ class DeltaSink:
         self.tombstones.record(plan.deletes, app_id=app_id, batch_version=batch_version)
         upserts = drop_superseded(plan.upserts, self.tombstones.matching(plan.upserts), self.key_columns)
         merged = pa.concat_tables([upserts, self._present(plan.deletes)])
-        version_before = table.version()
-        metrics: dict[str, Any] = {}
-        if merged.num_rows:
-            metrics = self._execute_merge(table, merged, commit)
-        if table.version() == version_before:
-            self._commit_marker(table, commit)
+        metrics = self._write_merge(table, merged, commit)
         return ApplyResult(
             skipped=False,
             changes=changes.num_rows,
@@ -295,6 +310,18 @@ class DeltaSink:
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
             table_version=table.version(),
         )
+
+    def _write_merge(self, table: DeltaTable, merged: pa.Table, commit: BatchCommit) -> dict[str, Any]:
+        """MERGE the batch's winning changes (one per key) in one commit, or record the batch when none is left;
+        returns the MERGE's metrics (``num_target_rows_*``). ``table`` is brought up to the new version."""
+        version_before = table.version()
+        metrics: dict[str, Any] = {}
+        properties = _commit_properties(commit)
+        if merged.num_rows:
+            metrics = self._execute_merge(table, merged, properties)
+        if table.version() == version_before:
+            self._commit_marker(table, properties)
+        return metrics
 
     def _present(self, deletes: pa.Table) -> pa.Table:
         """The deletes whose key the table holds.
@@ -334,22 +361,28 @@ class DeltaSink:
             raise SinkError(f"could not record the batch in {self.table_uri}: {exc}") from exc
         table.update_incremental()
 
-    def _append(self, table: DeltaTable, changes: pa.Table, commit: CommitProperties) -> ApplyResult:
+    def _append(self, table: DeltaTable, changes: pa.Table, commit: BatchCommit) -> ApplyResult:
         check_changes(changes, [])
         rows = self._not_logged_yet(conform(changes, delta_arrow_schema(table), fill=True))
+        self._write_append(table, rows, commit)
+        return ApplyResult(skipped=False, changes=changes.num_rows, rows_inserted=rows.num_rows,
+                           table_version=table.version())
+
+    def _write_append(self, table: DeltaTable, rows: pa.Table, commit: BatchCommit) -> None:
+        """Append ``rows`` in one commit, or record the batch when there are none; ``table`` is brought up to
+        the new version."""
         version_before = table.version()
+        properties = _commit_properties(commit)
         if rows.num_rows:
             try:
-                write_deltalake(table, rows, mode="append", commit_properties=commit)
+                write_deltalake(table, rows, mode="append", commit_properties=properties)
             except CommitFailedError:
                 raise
             except DeltaError as exc:
                 raise SinkError(f"the append to {self.table_uri} failed; nothing was committed: {exc}") from exc
             table.update_incremental()
         if table.version() == version_before:
-            self._commit_marker(table, commit)
-        return ApplyResult(skipped=False, changes=changes.num_rows, rows_inserted=rows.num_rows,
-                           table_version=table.version())
+            self._commit_marker(table, properties)
 
     def _not_logged_yet(self, rows: pa.Table) -> pa.Table:
         """One row per position, minus the positions the log already holds, in position order.

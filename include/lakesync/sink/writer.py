@@ -58,15 +58,18 @@ def with_attempt(commit: CommitProperties | None, attempt: int) -> CommitPropert
 
 
 def commit_with_retry(step: Callable[[int], T], *, what: str, table_uri: str, attempts: int = MAX_ATTEMPTS,
-                      base_delay_s: float = 0.05) -> T:
+                      base_delay_s: float = 0.05,
+                      conflicts: tuple[type[BaseException], ...] = (CommitFailedError,)) -> T:
     """Run ``step(attempt)`` until its commit does not conflict; each attempt must re-read the table and re-plan.
 
-    Raises :class:`SinkError` (safe to re-run) after ``attempts`` conflicts.
+    ``conflicts`` are the errors that mean "lost the commit race" (delta-rs's by default; the delta-spark
+    writer adds Delta's concurrent-modification exceptions). Raises :class:`SinkError` (safe to re-run) after
+    ``attempts`` conflicts.
     """
     for attempt in range(1, attempts + 1):
         try:
             return step(attempt)
-        except CommitFailedError as exc:
+        except conflicts as exc:
             if attempt == attempts:
                 raise SinkError(
                     f"{what} on {table_uri} lost the commit race {attempts} times to concurrent writers; "

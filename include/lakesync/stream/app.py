@@ -181,10 +181,16 @@ class _Stop:
 
 
 def _sink(pipeline: Pipeline, table: StreamedTable):
+    """The sink of ``table``: its batches committed by delta-rs, or by delta-spark (``stream.writer``)."""
     from lakesync.sink import DeltaSink
 
-    return DeltaSink(table.uri, key_columns=table.key_columns, semantics=table.semantics,  # type: ignore[arg-type]
-                     storage_options=pipeline.delta.storage_options or None)
+    sink_class = DeltaSink
+    if pipeline.stream.writer == "delta_spark":
+        from lakesync.sink.spark_writes import SparkDeltaSink
+
+        sink_class = SparkDeltaSink
+    return sink_class(table.uri, key_columns=table.key_columns, semantics=table.semantics,  # type: ignore[arg-type]
+                      storage_options=pipeline.delta.storage_options or None)
 
 
 #: How a micro-batch of the query's source becomes its reduced changes (the reader's half: reduce.py).

@@ -1,0 +1,105 @@
+"""What only the delta-spark writer (``stream.writer: delta_spark``) does: deletion vectors, the app transaction
+settings of its session, and tables delta-rs created that delta-spark would refuse.
+
+The behaviour both writers share (exactly once, tombstones, replays) is proven for both in test_delta_sink.py
+and test_sink_restored_checkpoint.py. Verdicts come from the oracle's own Delta reader and from the raw
+``_delta_log`` JSON, not from the sink.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from lakesync.core.positions import SourcePosition
+from lakesync.sink import OP, POS, TS
+from lakesync.sink.spark_writes import TXN_APP_ID, TXN_VERSION, USER_METADATA, SparkDeltaSink
+from tests.oracle import read_delta_table
+
+SNAPSHOT = SourcePosition("binlog.000003", 5000)
+
+
+def pos(offset: int) -> str:
+    return SourcePosition("binlog.000003", offset, 1).key()
+
+
+def commits(uri: str) -> list[dict]:
+    """Every action of the table's log, read as the JSON lines they are."""
+    return [json.loads(line) for path in sorted(Path(uri, "_delta_log").glob("*.json"))
+            for line in path.read_text().splitlines() if line]
+
+
+def loaded(tmp_path: Path, schema: pa.Schema, columns: list[pa.Array]) -> SparkDeltaSink:
+    sink = SparkDeltaSink(str(tmp_path / "lake" / "orders"), key_columns=["id"])
+    sink.write_snapshot([pa.record_batch(columns, schema=schema)], schema=schema, position=SNAPSHOT,
+                        snapshot_ts_ms=1)
+    return sink
+
+
+def test_an_update_of_a_few_rows_marks_them_deleted_in_a_vector_instead_of_rewriting_the_file(tmp_path, spark):
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    sink = loaded(tmp_path, schema, [pa.array(range(10_000), pa.int64()), pa.array(["x"] * 10_000)])
+    changes = pa.table({"id": pa.array([7, 9_000], pa.int64()), "name": ["seven", None], POS: [pos(6000), pos(6001)],
+                        OP: ["u", "d"], TS: pa.array([6000, 6001], pa.int64())})
+
+    result = sink.apply_changes(changes, app_id="stream", batch_version=0)
+
+    actions = commits(sink.table_uri)
+    vectors = [a["add"]["deletionVector"] for a in actions if "add" in a and a["add"].get("deletionVector")]
+    assert vectors and sum(v["cardinality"] for v in vectors) == 2  # the updated row and the deleted one
+    assert any("Delta-Lake" in a["commitInfo"].get("engineInfo", "") and a["commitInfo"]["operation"] == "MERGE"
+               for a in actions if "commitInfo" in a)
+    assert result.rows_updated == 1 and result.rows_deleted == 1
+    rows = {r["id"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()}
+    assert len(rows) == 9_999 and rows[7] == "seven" and 9_000 not in rows and rows[8] == "x"
+
+
+def test_the_app_transaction_settings_are_unset_after_the_write_so_the_next_one_is_not_skipped(tmp_path, spark):
+    """Delta silently skips a commit whose txnVersion is not above the recorded one: settings left on the
+    session would make the next, unrelated write of the table vanish."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    sink = loaded(tmp_path, schema, [pa.array([1, 2], pa.int64()), pa.array(["a", "b"])])
+
+    def change(name: str, offset: int) -> pa.Table:
+        return pa.table({"id": pa.array([1], pa.int64()), "name": [name], POS: [pos(offset)], OP: ["u"],
+                         TS: pa.array([offset], pa.int64())})
+
+    sink.apply_changes(change("first", 6000), app_id="stream", batch_version=9)
+    session = sink.session()
+    assert {key: session.conf.get(key, None) for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA)} == dict.fromkeys(
+        (TXN_APP_ID, TXN_VERSION, USER_METADATA))
+    # batch 9 re-planned with other work (a restored checkpoint): applied with no app transaction, which settings
+    # left on the session would have turned into a silently skipped (stream, 9) commit
+    sink.apply_changes(change("second", 6100), app_id="stream", batch_version=9)
+
+    txns = [a["txn"] for a in commits(sink.table_uri) if "txn" in a]
+    assert {"appId": "stream", "version": 9} in [{k: t[k] for k in ("appId", "version")} for t in txns]
+    assert {r["id"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == {1: "second", 2: "b"}
+    assert sink.committed_batch_version("stream") == 9
+
+
+def test_a_delta_rs_table_with_not_null_and_datetime_columns_gets_the_features_delta_spark_needs(tmp_path, spark):
+    """delta-rs writes such a table at writer version 7 without listing 'invariants' (delta-rs#2957), which
+    delta-spark refuses to open; the sink lists it, switches deletion vectors on, then merges."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("at", pa.timestamp("us")),
+                        pa.field("name", pa.string(), nullable=False)])
+    sink = loaded(tmp_path, schema, [pa.array([1, 2], pa.int64()),
+                                     pa.array([dt.datetime(2024, 1, 1), None], pa.timestamp("us")),
+                                     pa.array(["a", "b"])])
+    before = [a["protocol"] for a in commits(sink.table_uri) if "protocol" in a][-1]
+    assert "invariants" not in before.get("writerFeatures", [])  # the state this test is about
+
+    changes = pa.table({"id": pa.array([2, 3], pa.int64()),
+                        "at": pa.array([dt.datetime(2025, 6, 30, 23, 59, 59, 999_999)] * 2, pa.timestamp("us")),
+                        "name": ["b2", "c"], POS: [pos(6000), pos(6001)], OP: ["u", "c"],
+                        TS: pa.array([6000, 6001], pa.int64())})
+    sink.apply_changes(changes, app_id="stream", batch_version=0)
+
+    after = [a["protocol"] for a in commits(sink.table_uri) if "protocol" in a][-1]
+    assert {"invariants", "deletionVectors"} <= set(after["writerFeatures"])
+    rows = {r["id"]: (r["at"], r["name"]) for r in read_delta_table(sink.table_uri).to_pylist()}
+    assert rows == {1: (dt.datetime(2024, 1, 1), "a"), 2: (dt.datetime(2025, 6, 30, 23, 59, 59, 999_999), "b2"),
+                    3: (dt.datetime(2025, 6, 30, 23, 59, 59, 999_999), "c")}
