@@ -103,3 +103,52 @@ def test_a_delta_rs_table_with_not_null_and_datetime_columns_gets_the_features_d
     rows = {r["id"]: (r["at"], r["name"]) for r in read_delta_table(sink.table_uri).to_pylist()}
     assert rows == {1: (dt.datetime(2024, 1, 1), "a"), 2: (dt.datetime(2025, 6, 30, 23, 59, 59, 999_999), "b2"),
                     3: (dt.datetime(2025, 6, 30, 23, 59, 59, 999_999), "c")}
+
+
+def string_keyed(tmp_path: Path, keys: list[str]) -> SparkDeltaSink:
+    schema = pa.schema([pa.field("code", pa.string(), nullable=False), ("name", pa.string())])
+    sink = SparkDeltaSink(str(tmp_path / "lake" / "codes"), key_columns=["code"])
+    sink.write_snapshot([pa.record_batch([pa.array(keys), pa.array(["old"] * len(keys))], schema=schema)],
+                        schema=schema, position=SNAPSHOT, snapshot_ts_ms=1)
+    return sink
+
+
+def test_string_keys_that_look_like_sql_bound_the_merge_exactly(tmp_path, spark):
+    """The batch's key range is a pruning predicate in the ON clause: a bound read wrongly would turn these
+    updates into inserts (a second row per key). Quotes, backslashes and ``${...}`` must stay values."""
+    keys = ["a'b", "a\\'b", "${env:HOME}", "${spark.app.name}", "z\\", "é ü"]
+    sink = string_keyed(tmp_path, keys)
+    hostile = ["a'b", "${env:HOME}", "z\\"]  # the batch's bounds are hostile values themselves
+    changes = pa.table({"code": hostile, "name": ["new"] * 3, POS: [pos(6000 + i) for i in range(3)],
+                        OP: ["u"] * 3, TS: pa.array([6000] * 3, pa.int64())})
+
+    result = sink.apply_changes(changes, app_id="stream", batch_version=0)
+
+    rows = read_delta_table(sink.table_uri).to_pylist()
+    assert sorted(r["code"] for r in rows) == sorted(keys)  # no key twice
+    assert {r["code"]: r["name"] for r in rows} == {key: "new" if key in hostile else "old" for key in keys}
+    assert result.rows_updated == 3 and result.rows_inserted == 0
+
+
+def test_a_lost_commit_race_is_planned_again_and_retried(tmp_path, spark, monkeypatch):
+    """Delta's conflict exceptions (no shared base class in delta-spark's Python) re-run the batch."""
+    from delta.exceptions import ConcurrentAppendException
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    sink = string_keyed(tmp_path, ["k1", "k2"])
+    for_path = SparkDeltaTable.forPath
+    calls: list[str] = []
+
+    def conflicting_once(session, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise ConcurrentAppendException(message="files were added to the table by a concurrent update")
+        return for_path(session, path, *args, **kwargs)
+
+    monkeypatch.setattr(SparkDeltaTable, "forPath", conflicting_once)
+    changes = pa.table({"code": ["k2"], "name": ["new"], POS: [pos(6000)], OP: ["u"], TS: pa.array([6000], pa.int64())})
+    result = sink.apply_changes(changes, app_id="stream", batch_version=0)
+
+    assert len(calls) == 2 and result.rows_updated == 1
+    assert {r["code"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == {"k1": "old", "k2": "new"}
+    assert sink.committed_batch_version("stream") == 0

@@ -155,10 +155,11 @@ class Stream(_Strict):
     writer: Literal["delta_rs", "delta_spark"] = Field(
         default="delta_rs",
         description="What commits the stream's batches: 'delta_rs' (on the driver, copy-on-write) or 'delta_spark' "
-        "(delta-spark MERGE in Spark's JVM with deletion vectors; the path that scales out, not yet the default). "
-        "The first delta-spark write of a table switches its deletion vectors on: a protocol upgrade (reader 3 / "
-        "writer 7) that can't be undone (docs/sink.md, \"Writing with delta-spark\"). The full load, settlement "
-        "and maintenance write with delta-rs either way.",
+        "(delta-spark MERGE in Spark's JVM with deletion vectors; the path that scales out, not the default: its "
+        "MERGE is slower on small machines). The first delta-spark write of a table switches its deletion vectors "
+        "on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column names with a backtick, a space "
+        "or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\"). The full load, settlement, schema "
+        "changes and maintenance write with delta-rs either way.",
     )
     kafka_reader: Literal["spark", "lakesync"] = Field(
         default="spark",

@@ -14,16 +14,23 @@ change per key, an append log's positions already held (docs/sink.md). What this
   in threads, one per table). The coverage goes into ``spark.databricks.delta.commitInfo.userMetadata`` as
   one JSON object (read back by :func:`lakesync.sink.coverage.commit_metadata`).
 * **Pruning.** Delta prunes a MERGE's target files only by ON-clause parts that name target columns alone,
-  so with a single-column key the condition also carries the batch's key range as literals.
-* **Settings of the sink's session:** the source is a local relation of the batch's Arrow table, which is
+  so with a single-column key the condition also carries the batch's key range. Conditions are built as
+  Column expressions with the bounds as literal values, never as SQL text (no quoting, no ``${...}``
+  substitution, no parser setting can change a bound: a wrong bound would make an update an insert).
+* **Settings of the sink's session:** the source is the batch's Arrow table, held by the driver and
   deterministic, so the MERGE need not materialise it (``merge.materializeSource=none``); adaptive query
-  execution is off (its re-planning costs more than it saves on one small MERGE; docs/stream.md).
-* **The table made writable by delta-spark, once:** a table delta-rs created may list fewer writer features
-  than its metadata uses (delta-io/delta-rs#2957: a NOT NULL column needs ``invariants``), which delta-spark
-  refuses to open; the missing features are added (with delta-rs, which wrote them; nothing a reader sees
-  changes). Then deletion vectors are switched on (``delta.enableDeletionVectors``): a protocol upgrade to
-  reader 3 / writer 7 that **cannot be undone**; readers without deletion-vector support can't read the table
-  afterwards (delta-rs reads it through its own scans and ``QueryBuilder``; ``to_pyarrow_table()`` refuses).
+  execution is off (its re-planning costs more than it saves on one small MERGE, measured in the issue that
+  brought delta-spark); the time zone is UTC; the pipeline's object-store settings are the session's Hadoop
+  settings (``delta.storage_options``, :func:`lakesync.spark.storage.hadoop_s3a_conf`).
+* **The table made writable by delta-spark, before anything of a batch is written:** a column name that
+  delta-spark refuses (a backtick, which its MERGE with the change data feed can't handle, or a space or
+  ``,;{}()=``, which it takes only under column mapping, which in turn delta-rs can't evolve) is refused with
+  the fix; a table delta-rs created may list fewer writer features than its metadata uses
+  (delta-io/delta-rs#2957: a NOT NULL column needs ``invariants``), which delta-spark refuses to open, so the
+  missing features are added (with delta-rs, which wrote them; nothing a reader sees changes). Then deletion
+  vectors are switched on (``delta.enableDeletionVectors``): a protocol upgrade to reader 3 / writer 7 that
+  **cannot be undone**; readers without deletion-vector support can't read the table afterwards (delta-rs
+  reads it through its own scans and ``QueryBuilder``; ``to_pyarrow_table()`` refuses).
 """
 
 from __future__ import annotations
@@ -32,8 +39,6 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -45,7 +50,7 @@ from lakesync.core.errors import SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
-from lakesync.spark.storage import spark_path
+from lakesync.spark.storage import hadoop_s3a_conf, spark_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -64,9 +69,9 @@ SESSION_SETTINGS = {
     "spark.sql.adaptive.enabled": "false",
 }
 DELETION_VECTORS = "delta.enableDeletionVectors"
-COLUMN_MAPPING = "delta.columnMapping.mode"
-#: Characters delta-spark refuses in a column name unless the table maps column names.
-_NEEDS_MAPPING = set(" ,;{}()\n\t=")
+#: Characters of a column name delta-spark can't write here: a backtick (its MERGE with the change data feed
+#: fails on it) and those it takes only under column mapping (which delta-rs's ADD COLUMN and re-load refuse).
+REFUSED_NAME_CHARACTERS = frozenset("`,;{}()\n\t= ")
 #: Writer features a table's metadata can use without its protocol listing them when delta-rs wrote it, and
 #: how to tell that the metadata uses them.
 _FEATURE_IN_USE = {
@@ -78,36 +83,34 @@ _FEATURE_IN_USE = {
 
 
 def _conflicts() -> tuple[type[BaseException], ...]:
-    from delta.exceptions import DeltaConcurrentModificationException
+    """delta-rs's commit conflict and every one of Delta's (they share no base class in delta-spark's Python)."""
+    import delta.exceptions
 
-    return (CommitFailedError, DeltaConcurrentModificationException)
-
-
-def spark_literal(value: object) -> str | None:
-    """A Spark SQL literal of a key value, or None for a type the range predicate does not use."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, Decimal):
-        return f"{value:f}BD"
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if type(value) is date:
-        return f"DATE'{value.isoformat()}'"
-    return None
+    return (CommitFailedError, *(getattr(delta.exceptions, name) for name in delta.exceptions.__all__))
 
 
-def key_range_condition(changes: pa.Table, key_columns: list[str]) -> str:
-    """`` AND t.k >= lo AND t.k <= hi`` for a single-column key whose bounds have a literal, else ``""``."""
-    if len(key_columns) != 1 or changes.num_rows == 0:
-        return ""
-    bounds = pc.min_max(changes.column(key_columns[0]))
-    low, high = spark_literal(bounds["min"].as_py()), spark_literal(bounds["max"].as_py())
-    if low is None or high is None:
-        return ""
-    column = f"t.{quote(key_columns[0])}"
-    return f" AND {column} >= {low} AND {column} <= {high}"
+def _column(alias: str, name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col(f"{alias}.{quote(name)}")
+
+
+def merge_condition(changes: pa.Table, key_columns: list[str]) -> Column:
+    """The MERGE's ON condition: key equality, and with a single-column key the batch's key range on the
+    target (``t.k BETWEEN lo AND hi``, lo and hi as literal values) so Delta prunes files by their statistics."""
+    from pyspark.sql import functions as F
+
+    condition = None
+    for name in key_columns:
+        equal = _column("t", name) == _column("s", name)
+        condition = equal if condition is None else condition & equal
+    assert condition is not None
+    if len(key_columns) == 1 and changes.num_rows:
+        bounds = pc.min_max(changes.column(key_columns[0]))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is not None and high is not None:
+            condition = condition & _column("t", key_columns[0]).between(F.lit(low), F.lit(high))
+    return condition
 
 
 def missing_writer_features(table: DeltaTable) -> list[str]:
@@ -121,9 +124,9 @@ def missing_writer_features(table: DeltaTable) -> list[str]:
     return [name for name, in_use in _FEATURE_IN_USE.items() if name not in listed and in_use(schema, conf)]
 
 
-def needs_column_mapping(schema: pa.Schema) -> bool:
-    """Whether a column name has a character delta-spark accepts only under column mapping (delta-rs takes it)."""
-    return any(_NEEDS_MAPPING & set(name) for name in schema.names)
+def refused_names(schema: pa.Schema) -> list[str]:
+    """The column names delta-spark can't write here (see :data:`REFUSED_NAME_CHARACTERS`)."""
+    return [name for name in schema.names if REFUSED_NAME_CHARACTERS & set(name)]
 
 
 class SparkDeltaSink(DeltaSink):
@@ -143,22 +146,22 @@ class SparkDeltaSink(DeltaSink):
 
             running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
             self._session = running.newSession()
-            for key, value in SESSION_SETTINGS.items():
+            hadoop = {key.removeprefix("spark.hadoop."): value
+                      for key, value in hadoop_s3a_conf(self._storage_options).items()}
+            for key, value in {**SESSION_SETTINGS, **hadoop}.items():
                 self._session.conf.set(key, value)
         return self._session
 
-    def make_writable(self, table: DeltaTable) -> None:
-        """List the writer features delta-rs left out, then switch deletion vectors on (module docstring).
-
-        A column name holding a backtick is refused first: delta-spark 4.4's MERGE into a table with the change
-        data feed fails on it (it writes the name unquoted into its own plan), so nothing is changed."""
+    def _prepare_to_write(self, table: DeltaTable) -> None:
+        """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
+        deletion vectors on (module docstring); before anything of the batch is written."""
         schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
-        backticked = [name for name in schema.names if "`" in name]
-        if backticked:
-            raise SinkError(f"{self.table_uri}: delta-spark can't MERGE into a table whose column name holds a "
-                            f"backtick ({backticked}); nothing was written",
+        refused = refused_names(schema)
+        if refused:
+            raise SinkError(f"{self.table_uri}: delta-spark can't write a table whose column names hold a backtick, "
+                            f"a space or one of ,;{{}}()= ({refused}); nothing of this batch was written",
                             hint="set stream.writer: delta_rs for this pipeline (it writes such names), or rename "
-                                 "the column at the source")
+                                 "the columns at the source")
         missing = missing_writer_features(table)
         if missing:
             from deltalake import TableFeatures
@@ -171,12 +174,9 @@ class SparkDeltaSink(DeltaSink):
             log.warning("%s: switching deletion vectors on (a protocol upgrade to reader 3 / writer 7 that can't be "
                         "undone; readers without deletion-vector support can no longer read the table)",
                         self.table_uri)
-            properties = f"'{DELETION_VECTORS}' = 'true'"
-            if needs_column_mapping(schema):
-                properties += f", '{COLUMN_MAPPING}' = 'name'"
             self._run(lambda: self.session().sql(
-                f"ALTER TABLE delta.{quote(spark_path(self.table_uri))} SET TBLPROPERTIES ({properties})"),
-                "switching deletion vectors on")
+                f"ALTER TABLE delta.{quote(spark_path(self.table_uri))} "
+                f"SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"), "switching deletion vectors on")
         table.update_incremental()
 
     @contextmanager
@@ -201,19 +201,23 @@ class SparkDeltaSink(DeltaSink):
             raise  # a lost commit race: commit_with_retry re-plans the batch
         except Exception as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SinkError(f"{what} on {self.table_uri} failed; nothing was committed: {first_line}") from exc
+            raise SinkError(f"{what} of {self.table_uri} failed; nothing was committed: {first_line}") from exc
 
     def _present(self, deletes: pa.Table) -> pa.Table:
         """Every delete goes into the MERGE: delta-spark ignores a source row no clause applies to."""
         return deletes
 
     def _write_merge(self, table: DeltaTable, merged: pa.Table, commit: BatchCommit) -> dict[str, Any]:
-        self.make_writable(table)
-        on = " AND ".join(f"t.{quote(name)} = s.{quote(name)}" for name in self.key_columns)
-        on += key_range_condition(merged, self.key_columns)
-        newer = f"s.{quote(POS)} > t.{quote(POS)}"
-        is_delete, not_delete = f"s.{quote(OP)} = '{DELETE_OP}'", f"s.{quote(OP)} <> '{DELETE_OP}'"
-        values: dict[str, str | Column] = {quote(name): f"s.{quote(name)}" for name in merged.column_names}
+        """The MERGE, also when no change is left but the batch's app transaction must be recorded; nothing
+        when neither (the table already records the batch: the replay only had stale changes)."""
+        if merged.num_rows == 0 and commit.transaction is None:
+            return {}
+        from pyspark.sql import functions as F
+
+        on = merge_condition(merged, self.key_columns)
+        newer = _column("s", POS) > _column("t", POS)
+        is_delete = _column("s", OP) == F.lit(DELETE_OP)
+        values: dict[str, str | Column] = {quote(name): _column("s", name) for name in merged.column_names}
 
         def merge() -> Any:
             from delta.tables import DeltaTable as SparkDeltaTable
@@ -222,18 +226,20 @@ class SparkDeltaSink(DeltaSink):
                 source = session.createDataFrame(merged)
                 return (SparkDeltaTable.forPath(session, spark_path(self.table_uri)).alias("t")
                         .merge(source.alias("s"), on)
-                        .whenMatchedUpdate(condition=f"{not_delete} AND {newer}", set=values)
-                        .whenMatchedDelete(condition=f"{is_delete} AND {newer}")
-                        .whenNotMatchedInsert(condition=not_delete, values=values)
+                        .whenMatchedUpdate(condition=~is_delete & newer, set=values)
+                        .whenMatchedDelete(condition=is_delete & newer)
+                        .whenNotMatchedInsert(condition=~is_delete, values=values)
                         .execute().first())
 
         row = self._run(merge, "the MERGE")
         table.update_incremental()
-        return {"num_target_rows_inserted": row["num_inserted_rows"], "num_target_rows_updated":
-                row["num_updated_rows"], "num_target_rows_deleted": row["num_deleted_rows"]}
+        counts = row.asDict() if row is not None else {}
+        return {f"num_target_rows_{kind}": counts.get(f"num_{kind}_rows", 0)
+                for kind in ("inserted", "updated", "deleted")}
 
     def _write_append(self, table: DeltaTable, rows: pa.Table, commit: BatchCommit) -> None:
-        self.make_writable(table)
+        if rows.num_rows == 0 and commit.transaction is None:
+            return
 
         def append() -> None:
             from pyspark.sql import functions as F
