@@ -16,6 +16,8 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
    continuous mode (0.5 s trigger), per change from its COMMIT to the first Delta version holding it;
+   then the stream alone on ``local[2]`` and freshness again with ``stream.writer: delta_spark`` (delta-spark
+   MERGEs with deletion vectors instead of delta-rs; ``delta_spark_writer``);
 7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`);
 8. ``concurrent_merge``: five tables' MERGEs at once over one by one (:mod:`lakesync_devkit.bench.concurrent_merge`).
 """
@@ -117,6 +119,10 @@ class StreamBenchResult:
     #: topics: the stream-only, scaling, executor-tasks and peak-RSS figures above measured again with it, and
     #: the default's (Spark SQL's) rates over its
     python_decode: dict[str, float]
+    #: ``stream.writer: delta_spark`` on the same topics and tables: the stream alone on local[2] (its first batch
+    #: includes the one-time switch to deletion vectors) and freshness after the delta-rs freshness run, with
+    #: deletion vectors switched on before it; over the delta-rs writer's figures of this run
+    delta_spark_writer: dict[str, float]
 
 
 class RssSampler(threading.Thread):
@@ -540,6 +546,11 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
             "spark_sql_vs_python_executor_tasks": round(tasks_rate / py_tasks, 3),
         }
         log.info("with stream.decode python: %s", python_decode)
+        by_spark = {"writer": "delta_spark"}
+        spark_writer_rate, _, _ = _stream_only_on("local[2]", phase("stream2-delta-spark", **by_spark),
+                                                  phase("warm2-delta-spark", **by_spark, **warm), generated,
+                                                  tasks_for=())
+        log.info("stream alone with stream.writer delta_spark, 2 cores: %.0f changes/s", spark_writer_rate)
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
         pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
@@ -552,6 +563,9 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
             e2e_seconds, runs = end_to_end(pipeline, spark, generated, relay_thread)
             e2e_rows_match = rows_match(pipeline)
             delays, made, load_rate = measure_freshness(stack, pipeline, spark, freshness_seconds)
+            written_by_spark = pipeline.model_copy(update={"stream": pipeline.stream.model_copy(update=by_spark)})
+            _deletion_vectors_on(written_by_spark)
+            spark_delays, spark_made, _ = measure_freshness(stack, written_by_spark, spark, freshness_seconds)
         finally:
             relay.stop()
             relay_thread.join(30)
@@ -565,13 +579,20 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         shutil.rmtree(work, ignore_errors=True)
     raw_rate = generated / raw_seconds
     e2e_rate = generated / e2e_seconds
+    delta_spark_writer = {
+        "stream_only_changes_per_s": round(spark_writer_rate, 1),
+        "stream_vs_relay": round(spark_writer_rate / relay_rate, 3),
+        "vs_delta_rs_stream_only": round(spark_writer_rate / stream_rate, 3),
+        "freshness_p50_s": _percentile(spark_delays, 50), "freshness_p99_s": _percentile(spark_delays, 99),
+        "freshness_changes": spark_made,
+    }
     return StreamBenchResult(
         changes=generated,
         end_to_end_changes_per_s=round(e2e_rate, 1),
         raw_decode_changes_per_s=round(raw_rate, 1),
         ratio_vs_raw_decode=round(e2e_rate / raw_rate, 3),
-        freshness_p50_s=round(float(np.percentile(delays, 50)), 3) if delays.size else float("nan"),
-        freshness_p99_s=round(float(np.percentile(delays, 99)), 3) if delays.size else float("nan"),
+        freshness_p50_s=_percentile(delays, 50),
+        freshness_p99_s=_percentile(delays, 99),
         peak_rss_mb=round(stream_peak, 1),
         peak_pss_mb=round(stream_peak_pss, 1),
         peak_rss_stream_seconds=round(rss_seconds, 1),
@@ -600,7 +621,22 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         spark_reader_vs_lakesync_reader=round(stream_rate / former_rate, 3),
         concurrent_merge=concurrent,
         python_decode=python_decode,
+        delta_spark_writer=delta_spark_writer,
     )
+
+
+def _percentile(delays: np.ndarray, q: float) -> float:
+    return round(float(np.percentile(delays, q)), 3) if delays.size else float("nan")
+
+
+def _deletion_vectors_on(pipeline: Pipeline) -> None:
+    """What the delta-spark writer does before its first batch of a table (so a timed run does not include it)."""
+    from deltalake import DeltaTable
+
+    from lakesync.sink.spark_writes import SparkDeltaSink
+
+    uri = pipeline.delta.table_uri(TABLE)
+    SparkDeltaSink(uri, key_columns=["id"]).prepare_to_write(DeltaTable(uri))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -633,6 +669,10 @@ def _run(args: argparse.Namespace) -> int:
               f"executor tasks {py['executor_tasks_changes_per_s']:,.0f}/s (Spark SQL's "
               f"{py['spark_sql_vs_python_executor_tasks']:.2f}x), scaling {py['executor_tasks_scaling']:.2f}; "
               f"peak RSS {py['peak_rss_mb']:.0f} MB")
+        by_spark = result.delta_spark_writer
+        print(f"writer delta_spark:       stream alone {by_spark['stream_only_changes_per_s']:,.0f} changes/s "
+              f"({by_spark['vs_delta_rs_stream_only']:.2f}x delta-rs's, {by_spark['stream_vs_relay']:.2f}x the relay); "
+              f"freshness p50 {by_spark['freshness_p50_s']:.2f} s, p99 {by_spark['freshness_p99_s']:.2f} s")
         print(f"backpressure:             {result.backpressure}")
         print(f"merge cost growth:        {result.merge_cost_growth}")
         print(f"concurrent MERGEs:        {result.concurrent_merge['ratio']:.2f} of one by one for "

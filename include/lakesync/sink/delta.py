@@ -279,12 +279,12 @@ class DeltaSink:
             transaction=(app_id, batch_version) if committed is None or committed < batch_version else None,
             metadata={"lakesync.operation": f"apply_changes:{self.semantics}",
                       **coverage.metadata(app_id, batch_version), ATTEMPT_KEY: str(attempt)})
-        self._prepare_to_write(table)
+        self.prepare_to_write(table)
         if self.semantics == "append_log":
             return self._append(table, changes, commit)
         return self._merge(table, changes, app_id=app_id, batch_version=batch_version, commit=commit)
 
-    def _prepare_to_write(self, table: DeltaTable) -> None:
+    def prepare_to_write(self, table: DeltaTable) -> None:
         """Before anything of a batch is written (tombstones included): delta-rs writes any lakesync table."""
 
     def _merge(

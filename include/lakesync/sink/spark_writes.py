@@ -152,7 +152,7 @@ class SparkDeltaSink(DeltaSink):
                 self._session.conf.set(key, value)
         return self._session
 
-    def _prepare_to_write(self, table: DeltaTable) -> None:
+    def prepare_to_write(self, table: DeltaTable) -> None:
         """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
         deletion vectors on (module docstring); before anything of the batch is written."""
         schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
