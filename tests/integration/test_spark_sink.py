@@ -152,3 +152,29 @@ def test_a_lost_commit_race_is_planned_again_and_retried(tmp_path, spark, monkey
     assert len(calls) == 2 and result.rows_updated == 1
     assert {r["code"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == {"k1": "old", "k2": "new"}
     assert sink.committed_batch_version("stream") == 0
+
+
+def test_schema_changes_and_a_reload_by_delta_rs_work_on_a_table_with_deletion_vectors(tmp_path, spark):
+    """The stream's DDL steps (ADD COLUMN, filling older rows, a re-load) stay delta-rs's: they must work on a
+    table delta-spark has written deletion vectors into, and the next delta-spark MERGE must see their work."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    sink = loaded(tmp_path, schema, [pa.array(range(1, 101), pa.int64()), pa.array(["x"] * 100)])
+    sink.apply_changes(pa.table({"id": pa.array([5], pa.int64()), "name": ["five"], POS: [pos(6000)], OP: ["u"],
+                                 TS: pa.array([6000], pa.int64())}), app_id="stream", batch_version=0)
+    assert any("deletionVector" in a.get("add", {}) for a in commits(sink.table_uri))
+
+    sink.add_columns([pa.field("flag", pa.int32())])
+    sink.fill_columns({"flag": "0"}, before_position=pos(6100))
+    sink.apply_changes(pa.table({"id": pa.array([6], pa.int64()), "name": ["six"], "flag": pa.array([1], pa.int32()),
+                                 POS: [pos(6200)], OP: ["u"], TS: pa.array([6200], pa.int64())}),
+                       app_id="stream", batch_version=1)
+    rows = {r["id"]: (r["name"], r["flag"]) for r in read_delta_table(sink.table_uri).to_pylist()}
+    assert len(rows) == 100 and rows[5] == ("five", 0) and rows[6] == ("six", 1) and rows[7] == ("x", 0)
+
+    reloaded = SourcePosition("binlog.000004", 4)
+    sink.write_snapshot([pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=schema)],
+                        schema=schema, position=reloaded, snapshot_ts_ms=2)
+    sink.apply_changes(pa.table({"id": pa.array([2], pa.int64()), "name": ["b2"],
+                                 POS: [reloaded.with_row(1).key()], OP: ["u"], TS: pa.array([7000], pa.int64())}),
+                       app_id="stream-after-reload", batch_version=0)
+    assert {r["id"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == {1: "a", 2: "b2"}
