@@ -65,7 +65,8 @@ def changes_batch(keys: np.ndarray, batch: int) -> pa.Table:
 WRITERS = ("delta_rs", "delta_spark")
 
 
-def _sink(uri: str, writer: str):
+def writer_sink(uri: str, writer: str):
+    """The sink of ``stream.writer`` ``writer`` for the keyed bench table at ``uri``."""
     from lakesync.sink import DeltaSink
     from lakesync.sink.spark_writes import SparkDeltaSink
 
@@ -74,7 +75,7 @@ def _sink(uri: str, writer: str):
 
 def merge_rate(uri: str, rows: int, *, skewed: bool, writer: str = "delta_rs", seed: int = 7) -> float:
     """Changes/s the ``writer``'s sink applies into the table at ``uri`` (``rows`` rows)."""
-    sink = _sink(uri, writer)
+    sink = writer_sink(uri, writer)
     rng = np.random.default_rng(seed)
     batches = [changes_batch(update_keys(rows, BATCH_CHANGES, skewed=skewed, rng=rng), b) for b in range(BATCHES)]
     began = time.perf_counter()

@@ -123,6 +123,7 @@ class StreamBenchResult:
     #: includes the one-time switch to deletion vectors) and freshness after the delta-rs freshness run, with
     #: deletion vectors switched on before it; over the delta-rs writer's figures of this run
     delta_spark_writer: dict[str, float]
+    #: (also ``concurrent_merge_ratio``: ``concurrent_merge`` with the delta-spark writer)
 
 
 class RssSampler(threading.Thread):
@@ -573,6 +574,10 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         merge = merge_cost_growth(work / "merge", merge_rows) if merge_rows else None
         concurrent = concurrent_merge_ratio(work / "concurrent", threads=base.stream.merge_threads)
         log.info("five tables' MERGEs at once over one by one: %s", concurrent)
+        build_spark_session("lakesync-bench-merge", master="local[2]")
+        spark_concurrent = concurrent_merge_ratio(work / "concurrent-delta-spark", threads=base.stream.merge_threads,
+                                                  writer="delta_spark")
+        log.info("the same with stream.writer delta_spark: %s", spark_concurrent)
     finally:
         with stack.mariadb.connect() as root, root.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
@@ -585,6 +590,9 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         "vs_delta_rs_stream_only": round(spark_writer_rate / stream_rate, 3),
         "freshness_p50_s": _percentile(spark_delays, 50), "freshness_p99_s": _percentile(spark_delays, 99),
         "freshness_changes": spark_made,
+        "concurrent_merge_ratio": spark_concurrent["ratio"],
+        "concurrent_merge_one_by_one_s": spark_concurrent["one_by_one_s"],
+        "concurrent_merge_at_once_s": spark_concurrent["at_once_s"],
     }
     return StreamBenchResult(
         changes=generated,
@@ -672,7 +680,8 @@ def _run(args: argparse.Namespace) -> int:
         by_spark = result.delta_spark_writer
         print(f"writer delta_spark:       stream alone {by_spark['stream_only_changes_per_s']:,.0f} changes/s "
               f"({by_spark['vs_delta_rs_stream_only']:.2f}x delta-rs's, {by_spark['stream_vs_relay']:.2f}x the relay); "
-              f"freshness p50 {by_spark['freshness_p50_s']:.2f} s, p99 {by_spark['freshness_p99_s']:.2f} s")
+              f"freshness p50 {by_spark['freshness_p50_s']:.2f} s, p99 {by_spark['freshness_p99_s']:.2f} s; "
+              f"five tables' MERGEs at once {by_spark['concurrent_merge_ratio']:.2f} of one by one")
         print(f"backpressure:             {result.backpressure}")
         print(f"merge cost growth:        {result.merge_cost_growth}")
         print(f"concurrent MERGEs:        {result.concurrent_merge['ratio']:.2f} of one by one for "
