@@ -116,13 +116,13 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("writer", ["delta_rs", "delta_spark"])
+@pytest.mark.parametrize(("decode", "writer"), [("python", "delta_rs"), ("spark_sql", "delta_rs"),
+                                               ("spark_sql", "delta_spark")])
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
-        writer, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
-    """Both writers (``stream.writer``): with delta-spark the tables' batches are delta-spark MERGEs and appends,
-    with deletion vectors. The decode is Spark SQL's in the JVM, which must have decoded the tables' events
-    itself, never handing them to the Python decode (``stream.decode: python`` runs end to end in
-    test_stream_schema.py and, with lakesync's reader, in test_stream_kafka_reader.py)."""
+        decode, writer, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
+    """Both decodes (``stream.decode``): the Python workers' and Spark SQL's in the JVM (which must have decoded
+    the tables' events itself, never handing them to the Python decode); and both writers (``stream.writer``):
+    with delta-spark the tables' batches are delta-spark MERGEs and appends, with deletion vectors."""
     decoded_in_sql: list[str] = []
     table_changes = sql_decode.table_changes
     monkeypatch.setattr(sql_decode, "table_changes", lambda records, schema, **kwargs: (
@@ -131,7 +131,7 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     with mariadb.connect() as conn:
         create_demo_database(conn, fresh_database)
         seed_demo_data(conn, fresh_database, customers=50, transactions=500)
-    pipeline = write_pipeline(tmp_path, fresh_database, stream={"writer": writer},
+    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode, "writer": writer},
                               tables={"overrides": {"audit_log": {"semantics": "append_log"}}})
     FullLoad(pipeline=pipeline).run()
 
@@ -171,7 +171,7 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
         assert table.matches, table.describe()
     compared = {t.table for t in validation.tables if t.comparable}
     assert compared == {"customers", "accounts", "transactions", "daily_balances"}
-    assert decoded_in_sql
+    assert bool(decoded_in_sql) == (decode == "spark_sql")
     assert "the Python decode takes them" not in caplog.text
     for table in (*keyed, "audit_log"):
         log_dir = Path(pipeline.delta.table_uri(table), "_delta_log")
