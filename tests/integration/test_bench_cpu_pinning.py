@@ -4,6 +4,7 @@ many CPUs as its cores, and every thread gets the whole set back afterwards."""
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 
 import psutil
 import pytest
@@ -14,8 +15,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 def _cpu_sets_of_spark(spark) -> set[frozenset[int]]:
     launcher = psutil.Process(spark.sparkContext._gateway.proc.pid)
-    threads = [t.id for p in [launcher, *launcher.children(recursive=True)] for t in p.threads()]
-    return {frozenset(os.sched_getaffinity(tid)) for tid in threads}
+    threads = []
+    for process in [launcher, *launcher.children(recursive=True)]:
+        with suppress(psutil.Error):  # a Python worker that ended after it was listed
+            threads += [t.id for t in process.threads()]
+    cpu_sets = set()
+    for tid in threads:
+        with suppress(ProcessLookupError):  # a JVM thread that ended after it was listed (seen on CI)
+            cpu_sets.add(frozenset(os.sched_getaffinity(tid)))
+    return cpu_sets
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin to one")

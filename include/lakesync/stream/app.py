@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -203,7 +203,8 @@ class BatchApplier:
     handoff (Spark's Kafka source, stream/kafka_reader.py), which are then left out by position."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str, read_batch: ReadBatch, *,
-                 watch_new_tables: bool = True, read_from_handoffs: bool = False) -> None:
+                 watch_new_tables: bool = True, read_from_handoffs: bool = False,
+                 deferred: Sequence[str] = ()) -> None:
         self.pipeline = pipeline
         self.app_id = app_id
         self.read_batch = read_batch
@@ -220,6 +221,8 @@ class BatchApplier:
         self.watch_new_tables = watch_new_tables
         #: tables that joined in this query's batches: the query must be restarted to read their topics
         self.joined: list[str] = []
+        #: tables that joined while the checkpoint had a batch in flight: they join once this query replayed it
+        self.deferred = list(deferred)
         #: topics Spark SQL's decode leaves to the Python path in this query (records not the relay's events)
         self.python_topics: set[str] = set()
         self._lock = threading.Lock()
@@ -241,6 +244,8 @@ class BatchApplier:
             if self._closed:
                 raise LakesyncError(RESTARTING)
             self._run_batch(batch_df, batch_id)
+            if self.deferred and not self.joined:  # the batch in flight is replayed: restart with their topics
+                self.joined = list(self.deferred)
 
     def _run_batch(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
@@ -589,12 +594,15 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     batch_written = partial(_batch_written, pipeline)
     read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
     new_topics = bool(read) and any(t.topic not in read for t in selected)
+    deferred: list[str] = []
     if new_topics and reader == "spark" and batch_in_flight_written(checkpoint, batch_written):
-        # only this checkpoint can finish its batch in flight: the new tables wait for the next query
-        log.warning("tables %s join the stream at its next start: its checkpoint first finishes the batch it "
-                    "stopped in", ", ".join(t.name for t in selected if t.topic not in read))
+        # only this checkpoint can finish its batch in flight: the new tables join once it has (the query is
+        # then started again with their topics, see BatchApplier.deferred)
+        deferred = [t.name for t in selected if t.topic not in read]
+        log.warning("tables %s join the stream once its checkpoint has finished the batch it stopped in",
+                    ", ".join(deferred))
         selected, new_topics = [t for t in selected if t.topic in read], False
-        tables = [t.name for t in selected]  # as with --tables: no table joins in this query
+        tables = [t.name for t in selected]  # as with --tables: no other table joins in this query
     carried = prepare_checkpoint(checkpoint, reader, pipeline=pipeline.name, reads_new_topics=new_topics,
                                  batch_written=batch_written)
     fresh = not has_committed_batch(checkpoint)
@@ -629,7 +637,7 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
         read_batch = partial(run_on_executors, source=KafkaSourceOptions.from_options(options))
         source_format = kafka_source.SOURCE_NAME
     applier = BatchApplier(pipeline, selected, app_id, read_batch, watch_new_tables=not tables,
-                           read_from_handoffs=reader == "spark")
+                           read_from_handoffs=reader == "spark", deferred=deferred)
     writer = (session.readStream.format(source_format).options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
@@ -668,7 +676,18 @@ def _await(query, applier: BatchApplier, *, once: bool, deadline: float | None) 
             return
         if applier.joined and not once:
             applier.close()
+            _until_trigger_ends(query)
             return
+
+
+def _until_trigger_ends(query) -> None:
+    """Wait until the query's trigger in flight has committed its batch in the checkpoint (or the query ended).
+
+    Why: a query stopped between its batch's Delta writes and Spark's commit of the batch leaves a batch that
+    only its own checkpoint can replay, so the tables that joined would wait a query more (seen on a loaded
+    CI machine). A trigger started after :meth:`BatchApplier.close` writes nothing and ends the query."""
+    while query.isActive and query.status["isTriggerActive"]:
+        time.sleep(0.1)
 
 
 def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoint: Path, *, fresh: bool,
