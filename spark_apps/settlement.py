@@ -3,8 +3,9 @@
     spark-submit spark_apps/settlement.py --pipeline demo --interval-start 2026-11-19T02:00Z \
         --interval-end 2026-11-20T02:00Z [--tables transactions]
 
-The settlement of an interval is a keyed read of one day's rows and one delta-rs MERGE, so it needs no
-Spark session; the Airflow DAG runs the same library call in-process. Prints one JSON line per table and
+The settlement of an interval is a keyed read of one day's rows and one MERGE: by delta-rs, with no Spark
+session, or with ``delta.writer: delta_spark`` by delta-spark in the session this process starts (under
+spark-submit, the launcher's); the Airflow DAG runs the same library call in-process. Prints one JSON line per table and
 exits non-zero with the error's message on failure.
 """
 

@@ -72,7 +72,7 @@ def spark():
 
 @pytest.fixture(params=["delta_rs", "delta_spark"])
 def writer(request):
-    """The sink class of each ``stream.writer``: delta-rs's, and delta-spark's (in the shared Spark session)."""
+    """The sink class of each ``delta.writer``: delta-rs's, and delta-spark's (in the shared Spark session)."""
     from lakesync.sink import DeltaSink
     from lakesync.sink.spark_writes import SparkDeltaSink
 

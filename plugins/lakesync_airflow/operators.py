@@ -16,7 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, Context
 
 from lakesync.core.connections import SPARK_CONN_ID
-from lakesync.core.errors import ConfigError
+from lakesync.core.errors import ConfigError, LakesyncError, SinkError
 from lakesync_airflow.assets import emit_table_assets
 from lakesync_airflow.health import table_figures
 from lakesync_airflow.hooks import LakesyncHook
@@ -221,7 +221,9 @@ class MaintenanceOperator(BaseOperator):
     ``stream.tombstone_retention_hours`` are purged, after which a replayed change that old could no longer
     be recognised as stale: keep the retention above the Kafka retention and the worst stream lag.
     OPTIMIZE and VACUUM go through ``lakesync.sink.writer`` (commit-conflict retries; VACUUM keeps at least a
-    week of removed files, so a running reader or the stream never loses a file it still needs)."""
+    week of removed files, so a running reader or the stream never loses a file it still needs); with
+    ``delta.writer: delta_spark`` through ``lakesync.sink.spark_maintenance`` (delta-spark commits, deletion
+    vectors purged between OPTIMIZE and VACUUM)."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -233,7 +235,6 @@ class MaintenanceOperator(BaseOperator):
 
         from lakesync.full_load.state import LoadState
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
-        from lakesync.sink.writer import optimize, vacuum
         from lakesync.source.schema import list_tables
 
         hook = LakesyncHook(self.pipeline)
@@ -245,6 +246,7 @@ class MaintenanceOperator(BaseOperator):
         with hook.source_connection() as conn:
             names = [t for t in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(t)]
         reports = []
+        failed: dict[str, LakesyncError] = {}
         loaded = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables
         for name in names:
             uri = pipeline.delta.table_uri(name)
@@ -252,13 +254,36 @@ class MaintenanceOperator(BaseOperator):
                 continue
             state = loaded.get(name)
             keys = pipeline.tables.settings_for(name).key_columns or (state.key_columns if state else None)
-            compacted = optimize(uri, storage_options=options, z_order=list(keys) if keys else None)
+            try:
+                steps = self._maintain(pipeline.delta.writer, uri, list(keys) if keys else None, options)
+            except LakesyncError as exc:  # the other tables are still maintained; the task fails at the end
+                self.log.error("maintenance of %s failed: %s", name, exc)
+                failed[name] = exc
+                continue
             purged = TombstoneStore(tombstone_uri(uri), key_columns=[], storage_options=options).purge(cutoff_ms)
-            vacuumed = vacuum(uri, retention_hours=self.vacuum_retention_hours, storage_options=options)
-            report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(),
-                      "files_added_by_optimize": compacted.get("numFilesAdded", 0),
-                      "files_removed_by_optimize": compacted.get("numFilesRemoved", 0),
-                      "tombstones_purged": purged, "files_vacuumed": len(vacuumed)}
+            report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(), **steps,
+                      "tombstones_purged": purged}
             self.log.info("%s", report)
             reports.append(report)
+        if failed:
+            first = next(iter(failed.values()))
+            raise SinkError(f"maintenance failed for {len(failed)} of {len(reports) + len(failed)} tables "
+                            f"({', '.join(failed)}); the others were maintained. First: {first.message}",
+                            hint=first.hint)
         return reports
+
+    def _maintain(self, writer: str, uri: str, keys: list[str] | None, options: dict[str, str] | None
+                  ) -> dict[str, int]:
+        """OPTIMIZE and VACUUM by the pipeline's ``delta.writer``; delta-spark also purges deletion vectors
+        (lakesync.sink.spark_maintenance) in a Spark session of this task's process."""
+        if writer == "delta_spark":
+            from lakesync.sink.spark_maintenance import maintain_table
+
+            return maintain_table(uri, key_columns=keys, retention_hours=self.vacuum_retention_hours,
+                                  storage_options=options)
+        from lakesync.sink.writer import optimize, vacuum
+
+        compacted = optimize(uri, storage_options=options, z_order=keys)
+        vacuumed = vacuum(uri, retention_hours=self.vacuum_retention_hours, storage_options=options)
+        return {"files_added_by_optimize": compacted.get("numFilesAdded", 0),
+                "files_removed_by_optimize": compacted.get("numFilesRemoved", 0), "files_vacuumed": len(vacuumed)}

@@ -16,6 +16,7 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection
 from lakesync.monitoring.status import pipeline_status as library_status
 from lakesync.settlement.windows import PROP_PREFIX
+from lakesync.sink.coverage import commit_metadata
 
 _START = f"{PROP_PREFIX}interval_start"
 
@@ -31,7 +32,7 @@ def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> di
                              storage_options=pipeline.delta.storage_options or None).history(commits)
     except TableNotFoundError:
         return None
-    settled = [commit for commit in history if _START in commit]
+    settled = [commit for commit in map(commit_metadata, history) if _START in commit]
     if not settled:
         return None
     commit = max(settled, key=lambda c: (c[_START], c.get("version", 0)))

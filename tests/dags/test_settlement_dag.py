@@ -13,6 +13,8 @@ from deltalake import DeltaTable
 from lakesync_devkit.demo.database import create_demo_database
 from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
+from tests.oracle import read_delta_table
+
 pytestmark = pytest.mark.integration
 
 DAG_ID = "lakesync_settle_settlement"
@@ -113,8 +115,13 @@ def test_three_day_backfill_lands_each_day_once(airflow, settle_pipeline, mariad
     assert _scan(str(table), ["id"]).num_rows == 15
 
 
-def test_maintenance_dag_compacts_the_settled_table_and_keeps_its_rows(airflow, settle_pipeline, mariadb,
-                                                                       fresh_database):
+def test_maintenance_dag_with_delta_spark_compacts_the_settled_table_and_keeps_its_rows(airflow, settle_pipeline,
+                                                                                        mariadb, fresh_database):
+    """With ``delta.writer: delta_spark`` the maintenance task's commits are delta-spark's (a Spark session in
+    the task), on a table delta-rs's settlement wrote. (The delta-rs maintenance task runs in
+    tests/production/test_production_pipeline.py and beside the stream and the settlement in
+    tests/production/test_production_writers_concurrent.py, on S3.)"""
+    writer = "delta_spark"
     _book_days(mariadb, fresh_database, {"2026-11-17": 3, "2026-11-18": 5, "2026-11-19": 7})
     runs = airflow.dag_test(DAG_ID, "2026-11-18T02:00:00+00:00", "2026-11-19T02:00:00+00:00",
                             "2026-11-20T02:00:00+00:00")
@@ -122,7 +129,19 @@ def test_maintenance_dag_compacts_the_settled_table_and_keeps_its_rows(airflow, 
     table = settle_pipeline[1] / "transactions"
     files_before = len(DeltaTable(str(table)).file_uris())
     assert files_before >= 3, f"each settled day should have added a file: {DeltaTable(str(table)).history()}"
+    settings = settle_pipeline[0] / "settle.yaml"
+    document = yaml.safe_load(settings.read_text())
+    document["delta"]["writer"] = writer
+    settings.write_text(yaml.safe_dump(document))
+    versions_before = DeltaTable(str(table)).version()
+
     (run,) = airflow.dag_test("lakesync_settle_maintenance", "2026-11-22T00:00:00+00:00")
+
     assert run["state"] == "success", run
     assert len(DeltaTable(str(table)).file_uris()) < files_before
-    assert _scan(str(table), ["id"]).num_rows == 15
+    assert read_delta_table(str(table)).num_rows == 15
+    engines = {entry.get("engineInfo", "") for entry in DeltaTable(str(table)).history()
+               if entry["version"] > versions_before and entry["operation"] in ("OPTIMIZE", "VACUUM END")}
+    writers = {"delta_spark" if "Delta-Lake/" in engine else "delta_rs" if engine.startswith("delta-rs") else engine
+               for engine in engines}
+    assert writers == {writer}, engines

@@ -1,7 +1,7 @@
 """The Delta sink against real Delta tables on disk: exactly-once, ordering, tombstones, schema.
 
 No MariaDB or broker needed: every test writes a table under tmp_path. The tests of batch writes run with
-both writers of ``stream.writer`` (the ``writer`` fixture): delta-rs, and delta-spark in the tests' Spark
+both writers of ``delta.writer`` (the ``writer`` fixture): delta-rs, and delta-spark in the tests' Spark
 session (with deletion vectors). Tables are read back by the oracle's own Delta reader (``tests.oracle``),
 which shares no code with either writer.
 """

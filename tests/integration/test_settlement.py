@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -13,6 +14,7 @@ from lakesync_devkit.demo.database import create_demo_database
 
 from lakesync.core.config import parse_pipeline
 from lakesync.settlement.sync import settle_table, validate_interval
+from tests.oracle import read_delta_table
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +29,12 @@ def _scan(uri, columns: list[str] | None = None) -> pa.Table:
 
 
 @pytest.fixture
-def pipeline(stack, fresh_database, tmp_path, monkeypatch):
+def pipeline(stack, fresh_database, tmp_path, monkeypatch, request):
+    """The settlement pipeline; ``delta.writer`` is ``request.param`` when a test parametrizes it
+    (``indirect=True``), delta-rs otherwise."""
+    writer = getattr(request, "param", "delta_rs")
+    if writer == "delta_spark":
+        request.getfixturevalue("spark")  # the writer opens a session of the running one
     for name, value in stack.connection_env().items():
         monkeypatch.setenv(name, value)
     with stack.mariadb.connect() as conn:
@@ -38,7 +45,7 @@ def pipeline(stack, fresh_database, tmp_path, monkeypatch):
             "source": {"conn_id": "lakesync_demo_mysql", "database": fresh_database},
             "tables": {"overrides": {"transactions": {"watermark": {"column": "updated_at"}}}},
             "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_prefix": "t"},
-            "delta": {"root": str(tmp_path / "delta")},
+            "delta": {"root": str(tmp_path / "delta"), "writer": writer},
             "settlement": {"safety_window_seconds": 60},
             "state_dir": str(tmp_path / "state"),
         },
@@ -57,8 +64,25 @@ def _book(mariadb, database: str, rows: list[tuple[int, str, str]]) -> None:
 
 
 def _rows(pipeline) -> list[tuple[int, str]]:
-    table = _scan(pipeline.delta.table_uri("transactions"), ["id", "amount"])
+    table = read_delta_table(pipeline.delta.table_uri("transactions"))
     return sorted((row["id"], str(row["amount"])) for row in table.to_pylist())
+
+
+def _metadata(commit: dict) -> dict:
+    """A commit's lakesync keys, read as each writer stores them: delta-rs as keys of the commit info,
+    delta-spark as one JSON object in ``userMetadata``."""
+    user = commit.get("userMetadata")
+    return {**commit, **json.loads(user)} if isinstance(user, str) and user.startswith("{") else commit
+
+
+def _writers(uri: str) -> set[str]:
+    """Which library made each commit of the table after its creation, by ``engineInfo``."""
+    engines = {entry.get("engineInfo", "") for entry in DeltaTable(uri).history()}
+    return {"delta_spark" if "Delta-Lake/" in engine else "delta_rs" if engine.startswith("delta-rs") else engine
+            for engine in engines}
+
+
+BOTH_WRITERS = pytest.mark.parametrize("pipeline", ["delta_rs", "delta_spark"], indirect=True)
 
 
 def test_interval_reads_start_minus_window_to_end_minus_window(pipeline, mariadb, fresh_database):
@@ -76,6 +100,7 @@ def test_interval_reads_start_minus_window_to_end_minus_window(pipeline, mariadb
     assert _rows(pipeline) == [(2, "2.00"), (3, "3.00"), (4, "4.00")]
 
 
+@BOTH_WRITERS
 def test_rerun_of_an_interval_changes_nothing(pipeline, mariadb, fresh_database):
     _book(mariadb, fresh_database, [(i, f"{i}.50", "2026-11-19 12:00:00") for i in range(1, 51)])
     first = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
@@ -88,6 +113,7 @@ def test_rerun_of_an_interval_changes_nothing(pipeline, mariadb, fresh_database)
         "differing"] == 0
 
 
+@BOTH_WRITERS
 def test_rerun_after_source_changes_replaces_the_interval_effect(pipeline, mariadb, fresh_database):
     _book(mariadb, fresh_database, [(i, "1.00", "2026-11-19 12:00:00") for i in range(1, 6)])
     settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
@@ -98,11 +124,13 @@ def test_rerun_after_source_changes_replaces_the_interval_effect(pipeline, maria
     repair = settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
     assert (repair.updated, repair.deleted, repair.run) == (2, 1, 2)  # id 2 changed, id 3 moved on, id 5 gone
     assert _rows(pipeline) == [(1, "1.00"), (2, "9.00"), (3, "1.00"), (4, "1.00")]
-    history = DeltaTable(pipeline.delta.table_uri("transactions")).history(1)[0]
+    history = _metadata(DeltaTable(pipeline.delta.table_uri("transactions")).history(1)[0])
     assert history["lakesync.settlement.interval_start"] == (NOV_20 - DAY).isoformat()
     assert history["lakesync.settlement.run"] == "2"
+    assert _writers(pipeline.delta.table_uri("transactions")) == {pipeline.delta.writer}
 
 
+@BOTH_WRITERS
 def test_empty_interval_is_still_marked_settled_once(pipeline, mariadb, fresh_database):
     _book(mariadb, fresh_database, [(1, "1.00", "2026-11-19 12:00:00")])
     settle_table(pipeline, "transactions", interval_start=NOV_20 - DAY, interval_end=NOV_20)
@@ -129,6 +157,7 @@ def test_cli_settles_every_scheduled_interval_in_the_range(pipeline, mariadb, fr
     assert sorted(c["lakesync.settlement.interval_start"][:10] for c in commits) == ["2026-11-18", "2026-11-19"]
 
 
+@BOTH_WRITERS
 def test_settlement_never_overwrites_a_newer_stream_change_and_leaves_tombstones(pipeline, mariadb, fresh_database):
     from lakesync.sink.delta import DeltaSink
     from lakesync.sink.tombstones import tombstone_uri

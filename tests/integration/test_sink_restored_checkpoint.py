@@ -2,7 +2,7 @@
 
 The first run committed batch N covering offsets [a, b); the restored checkpoint plans batch N again, now
 covering [a, c). The sink must apply what the first batch N lacked and apply nothing twice, for both
-semantics and both writers (``stream.writer``), and say (log) that the checkpoint is behind what Delta
+semantics and both writers (``delta.writer``), and say (log) that the checkpoint is behind what Delta
 recorded. Delta is read back with the
 oracle's own reader (``tests.oracle.read_delta``), not with the sink.
 """

@@ -1,4 +1,4 @@
-"""What only the delta-spark writer (``stream.writer: delta_spark``) does: deletion vectors, the app transaction
+"""What only the delta-spark writer (``delta.writer: delta_spark``) does: deletion vectors, the app transaction
 settings of its session, and tables delta-rs created that delta-spark would refuse.
 
 The behaviour both writers share (exactly once, tombstones, replays) is proven for both in test_delta_sink.py

@@ -121,7 +121,7 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
         decode, writer, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
     """Both decodes (``stream.decode``): the Python workers' and Spark SQL's in the JVM (which must have decoded
-    the tables' events itself, never handing them to the Python decode); and both writers (``stream.writer``):
+    the tables' events itself, never handing them to the Python decode); and both writers (``delta.writer``):
     with delta-spark the tables' batches are delta-spark MERGEs and appends, with deletion vectors."""
     decoded_in_sql: list[str] = []
     table_changes = sql_decode.table_changes
@@ -131,7 +131,8 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     with mariadb.connect() as conn:
         create_demo_database(conn, fresh_database)
         seed_demo_data(conn, fresh_database, customers=50, transactions=500)
-    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode, "writer": writer},
+    pipeline = write_pipeline(tmp_path, fresh_database, stream={"decode": decode},
+                              delta={"root": str(tmp_path / "delta"), "writer": writer},
                               tables={"overrides": {"audit_log": {"semantics": "append_log"}}})
     FullLoad(pipeline=pipeline).run()
 

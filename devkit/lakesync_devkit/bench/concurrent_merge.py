@@ -1,6 +1,6 @@
 """``concurrent_merge_ratio``: the tables one micro-batch changed, MERGEd at once over one after another.
 
-Five Delta tables written as the full load writes them; into each, the sink of a ``stream.writer``
+Five Delta tables written as the full load writes them; into each, the sink of a ``delta.writer``
 (``apply_changes``, the stream's own commit path; delta-spark's in a session of the running Spark) applies a batch of updates (skewed, the OLTP shape), all five one after another and
 then all five at once through :func:`lakesync.core.concurrency.run_concurrently`, as the stream runs them
 (``stream.merge_threads``). Alternating rounds after a warm-up one; medians. The figure is the wall time at

@@ -1,5 +1,5 @@
 """``merge_cost_growth`` and ``merge_vs_delta_rs``: does the MERGE get slower as the table grows, and how do the
-stream's two writers (``stream.writer``) compare on the same work?
+stream's two writers (``delta.writer``) compare on the same work?
 
 Two Delta tables, SMALL and LARGE rows, written as the full load writes them (``DeltaSink.write_snapshot``,
 rows in key order), and a copy of each per writer, so both start from the same files. Into each, the sink
@@ -66,7 +66,7 @@ WRITERS = ("delta_rs", "delta_spark")
 
 
 def writer_sink(uri: str, writer: str):
-    """The sink of ``stream.writer`` ``writer`` for the keyed bench table at ``uri``."""
+    """The sink of ``delta.writer`` ``writer`` for the keyed bench table at ``uri``."""
     from lakesync.sink import DeltaSink
     from lakesync.sink.spark_writes import SparkDeltaSink
 

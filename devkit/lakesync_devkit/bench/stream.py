@@ -16,7 +16,7 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
    continuous mode (0.5 s trigger), per change from its COMMIT to the first Delta version holding it;
-   then the stream alone on ``local[2]`` and freshness again with ``stream.writer: delta_spark`` (delta-spark
+   then the stream alone on ``local[2]`` and freshness again with ``delta.writer: delta_spark`` (delta-spark
    MERGEs with deletion vectors instead of delta-rs; ``delta_spark_writer``);
 7. with ``--merge-rows``: ``merge_cost_growth`` of the sink alone (:mod:`lakesync_devkit.bench.merge_cost`);
 8. ``concurrent_merge``: five tables' MERGEs at once over one by one (:mod:`lakesync_devkit.bench.concurrent_merge`).
@@ -119,7 +119,7 @@ class StreamBenchResult:
     #: topics: the stream-only, scaling, executor-tasks and peak-RSS figures above measured again with it, and
     #: the default's (Spark SQL's) rates over its
     python_decode: dict[str, float]
-    #: ``stream.writer: delta_spark`` on the same topics and tables: the stream alone on local[2] (its first batch
+    #: ``delta.writer: delta_spark`` on the same topics and tables: the stream alone on local[2] (its first batch
     #: includes the one-time switch to deletion vectors) and freshness after the delta-rs freshness run, with
     #: deletion vectors switched on before it; over the delta-rs writer's figures of this run
     delta_spark_writer: dict[str, float]
@@ -551,7 +551,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         spark_writer_rate, _, _ = _stream_only_on("local[2]", phase("stream2-delta-spark", **by_spark),
                                                   phase("warm2-delta-spark", **by_spark, **warm), generated,
                                                   tasks_for=())
-        log.info("stream alone with stream.writer delta_spark, 2 cores: %.0f changes/s", spark_writer_rate)
+        log.info("stream alone with delta.writer delta_spark, 2 cores: %.0f changes/s", spark_writer_rate)
         spark = build_spark_session("lakesync-bench-stream", master="local[2]")
         bound = backpressure_bound or max(1_000, generated // 5)
         pressure = backpressure(phase("bp", backpressure_max_lag=bound, backpressure_check_seconds=0.5), spark,
@@ -564,7 +564,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
             e2e_seconds, runs = end_to_end(pipeline, spark, generated, relay_thread)
             e2e_rows_match = rows_match(pipeline)
             delays, made, load_rate = measure_freshness(stack, pipeline, spark, freshness_seconds)
-            written_by_spark = pipeline.model_copy(update={"stream": pipeline.stream.model_copy(update=by_spark)})
+            written_by_spark = pipeline.model_copy(update={"delta": pipeline.delta.model_copy(update=by_spark)})
             _deletion_vectors_on(written_by_spark)
             spark_delays, spark_made, _ = measure_freshness(stack, written_by_spark, spark, freshness_seconds)
         finally:
@@ -577,7 +577,7 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         build_spark_session("lakesync-bench-merge", master="local[2]")
         spark_concurrent = concurrent_merge_ratio(work / "concurrent-delta-spark", threads=base.stream.merge_threads,
                                                   writer="delta_spark")
-        log.info("the same with stream.writer delta_spark: %s", spark_concurrent)
+        log.info("the same with delta.writer delta_spark: %s", spark_concurrent)
     finally:
         with stack.mariadb.connect() as root, root.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")

@@ -24,11 +24,12 @@ log = logging.getLogger(__name__)
 
 
 def copy_pipeline(base: Pipeline, base_dir: Path, target_dir: Path, *, topic_prefix: str, server_id: int,
-                  **stream: Any) -> Pipeline:
-    """``base`` with its fully loaded state copied to ``target_dir``, its own topics and relay id."""
+                  writer: str = "delta_rs", **stream: Any) -> Pipeline:
+    """``base`` with its fully loaded state copied to ``target_dir``, its own topics and relay id, its tables
+    written by ``writer`` (``delta.writer``) and ``stream`` settings."""
     shutil.copytree(base_dir, target_dir)
     return base.model_copy(update={
-        "delta": base.delta.model_copy(update={"root": str(target_dir / "delta")}),
+        "delta": base.delta.model_copy(update={"root": str(target_dir / "delta"), "writer": writer}),
         "state_dir": str(target_dir / "pipelines"),
         "kafka": base.kafka.model_copy(update={"topic_prefix": topic_prefix}),
         "source": base.source.model_copy(update={"server_id": server_id}),

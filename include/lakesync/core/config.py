@@ -116,6 +116,17 @@ class Kafka(_Strict):
 class Delta(_Strict):
     root: str = Field(description="Where the pipeline's Delta tables live: a local path or s3://bucket/prefix.")
     storage_options: dict[str, str] = Field(default_factory=dict)
+    writer: Literal["delta_rs", "delta_spark"] = Field(
+        default="delta_rs",
+        description="What commits lakesync's writes to the pipeline's tables: 'delta_rs' (on the driver, "
+        "copy-on-write) or 'delta_spark' (in Spark's JVM, with deletion vectors; the path that scales out, not the "
+        "default: its MERGE is slower on small machines). With 'delta_spark' the stream's batches, the "
+        "settlement's commit and the maintenance task (OPTIMIZE, purging deletion vectors, VACUUM) run on "
+        "delta-spark; the full load, schema changes and the tombstone side tables write with delta-rs either "
+        "way. The first delta-spark write of a table "
+        "switches its deletion vectors on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column "
+        "names with a backtick, a space or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\").",
+    )
 
     def table_uri(self, table: str) -> str:
         return f"{self.root.rstrip('/')}/{table}"
@@ -151,15 +162,6 @@ class Stream(_Strict):
         default=4, ge=1,
         description="The MERGEs of the tables one micro-batch changed run this many at once (each table is its "
         "own Delta table; delta-rs works outside the GIL); 1: one after another.",
-    )
-    writer: Literal["delta_rs", "delta_spark"] = Field(
-        default="delta_rs",
-        description="What commits the stream's batches: 'delta_rs' (on the driver, copy-on-write) or 'delta_spark' "
-        "(delta-spark MERGE in Spark's JVM with deletion vectors; the path that scales out, not the default: its "
-        "MERGE is slower on small machines). The first delta-spark write of a table switches its deletion vectors "
-        "on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column names with a backtick, a space "
-        "or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\"). The full load, settlement, schema "
-        "changes and maintenance write with delta-rs either way.",
     )
     kafka_reader: Literal["spark", "lakesync"] = Field(
         default="spark",

@@ -21,6 +21,7 @@ history shows every settled interval once; a re-run that finds no difference com
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -52,6 +53,9 @@ from lakesync.source import queries
 from lakesync.source.schema import read_key_columns, read_table_columns
 from lakesync.source.server_checks import current_position, server_variables
 
+#: What to do when a settlement commit failed (nothing was committed).
+RERUN_HINT = ("re-run the task: a concurrent writer (the stream) may have committed first; the re-run compares "
+              "again and commits only what still differs")
 #: How many differing keys a result keeps for people to look at.
 _SAMPLE_KEYS = 20
 
@@ -259,7 +263,9 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
     Deletes are recorded as tombstones in the sink's tombstone table first (as the sink does), and upserts
     a newer tombstone supersedes are dropped, so settlement never resurrects a row the stream deleted. The
     MERGE is the sink's own (:func:`lakesync.sink.merge.merge_changes`): a change overwrites only a row with
-    an older position, so a stream commit that lands between the compare and this commit is never undone.
+    an older position, so a stream commit that lands between the compare and this commit is never undone
+    (``merge_changes`` by delta-rs, or with ``delta.writer: delta_spark`` its delta-spark twin
+    ``lakesync.sink.spark_writes.merge_on_delta_spark``).
     A source without a binlog has no positions (all :data:`MIN_KEY`): settlement is then the table's only
     writer and may overwrite equal positions. A lost commit race is retried (:mod:`lakesync.sink.writer`).
     """
@@ -268,25 +274,73 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
     deletes, upserts = changes.filter(is_delete), changes.filter(pc.invert(is_delete))
     tombstones = TombstoneStore(tombstone_uri(uri), key_columns=key, storage_options=options)
     txn = properties.app_transactions[0]  # type: ignore[index]
+    by_spark = pipeline.delta.writer == "delta_spark"
 
     def step(attempt: int) -> int:
         commit = with_attempt(properties, attempt)
         tombstones.record(deletes, app_id=txn.app_id, batch_version=txn.version)
         kept = drop_superseded(upserts, tombstones.matching(upserts), key)
         current = table if attempt == 1 else _open_delta(uri, pipeline.delta.storage_options)
-        if current is None:
-            write_deltalake(uri, kept, mode="append", storage_options=options, commit_properties=commit,
-                            configuration=TABLE_PROPERTIES)
-            return DeltaTable(uri, storage_options=options).version()
         merged = pa.concat_tables([kept, deletes])
-        if merged.num_rows == 0:
-            write_deltalake(uri, delta_arrow_schema(current).empty_table(), mode="append",
-                            storage_options=options, commit_properties=commit)
-        else:
-            merge_changes(current, merged, key_columns=key, commit=commit, allow_equal=position == MIN_KEY)
+        write = _write_by_delta_spark if by_spark else _write_by_delta_rs
+        write(uri, options, current, kept if current is None else merged, key, commit, position == MIN_KEY)
         return DeltaTable(uri, storage_options=options).version()
 
-    return commit_with_retry(step, what="settlement commit", table_uri=uri)
+    if not by_spark:
+        return commit_with_retry(step, what="settlement commit", table_uri=uri)
+    from lakesync.sink.spark_writes import delta_conflicts
+
+    return commit_with_retry(step, what="settlement commit", table_uri=uri, conflicts=delta_conflicts())
+
+
+def _write_by_delta_rs(uri: str, options: dict[str, str] | None, current: DeltaTable | None, changes: pa.Table,
+                       key: list[str], commit: CommitProperties, allow_equal: bool) -> None:
+    """The settlement's one commit by delta-rs: the table created with the rows, the MERGE, or (nothing to
+    change) an empty append that records the interval."""
+    if current is None:
+        write_deltalake(uri, changes, mode="append", storage_options=options, commit_properties=commit,
+                        configuration=TABLE_PROPERTIES)
+    elif changes.num_rows == 0:
+        write_deltalake(uri, delta_arrow_schema(current).empty_table(), mode="append", storage_options=options,
+                        commit_properties=commit)
+    else:
+        merge_changes(current, changes, key_columns=key, commit=commit, allow_equal=allow_equal)
+
+
+def _write_by_delta_spark(uri: str, options: dict[str, str] | None, current: DeltaTable | None,
+                          changes: pa.Table, key: list[str], commit: CommitProperties, allow_equal: bool) -> None:
+    """The same commit by delta-spark (``delta.writer: delta_spark``): its app transaction and metadata as the
+    session's settings for this one write (lakesync.sink.spark_writes), deletion vectors on."""
+    from lakesync.sink.spark_writes import (
+        TXN_APP_ID,
+        TXN_VERSION,
+        USER_METADATA,
+        append_on_delta_spark,
+        create_on_delta_spark,
+        delta_spark_session,
+        make_writable,
+        merge_on_delta_spark,
+        run_on_delta_spark,
+        session_settings,
+    )
+
+    session = delta_spark_session(options)
+    txn = commit.app_transactions[0]  # type: ignore[index]
+    settings = {USER_METADATA: json.dumps(commit.custom_metadata or {}, sort_keys=True),
+                TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
+    if current is not None:
+        make_writable(current, uri, session)
+
+    def write() -> None:
+        with session_settings(session, settings):
+            if current is None:
+                create_on_delta_spark(session, uri, changes, TABLE_PROPERTIES)
+            elif changes.num_rows == 0:  # the table's own columns: it keeps those the source dropped
+                append_on_delta_spark(session, uri, delta_arrow_schema(current).empty_table())
+            else:
+                merge_on_delta_spark(session, uri, changes, key, allow_equal=allow_equal)
+
+    run_on_delta_spark(write, "the settlement commit", uri, hint=RERUN_HINT)
 
 
 def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, interval_end: datetime,
@@ -345,8 +399,7 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
     except (OSError, DeltaError) as exc:
         raise SinkError(
             f"settlement commit of {table} interval {window.label} to {uri} failed; nothing was committed: {exc}",
-            hint="re-run the task: a concurrent writer (the stream) may have committed first; the re-run "
-                 "compares again and commits only what still differs",
+            hint=RERUN_HINT,
         ) from exc
     return result
 

@@ -1,4 +1,4 @@
-"""The stream's batch writes on delta-spark (``stream.writer: delta_spark``), with deletion vectors.
+"""The stream's batch writes on delta-spark (``delta.writer: delta_spark``), with deletion vectors.
 
 :class:`SparkDeltaSink` is :class:`~lakesync.sink.delta.DeltaSink` with the commit of each batch made by
 delta-spark in Spark's JVM: the position-guarded MERGE of a keyed table, the append of an ``append_log``
@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -67,8 +68,12 @@ SESSION_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.sql.adaptive.enabled": "false",
+    # a table's path goes into SQL text (ALTER TABLE, REORG TABLE): Spark would substitute a ``${...}`` in it
+    "spark.sql.variable.substitute": "false",
 }
 DELETION_VECTORS = "delta.enableDeletionVectors"
+#: The session settings a new table's properties default to (``<prefix><property without "delta.">``).
+TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 #: Characters of a column name delta-spark can't write here: a backtick (its MERGE with the change data feed
 #: fails on it) and those it takes only under column mapping (which delta-rs's ADD COLUMN and re-load refuse).
 REFUSED_NAME_CHARACTERS = frozenset("`,;{}()\n\t= ")
@@ -82,7 +87,7 @@ _FEATURE_IN_USE = {
 }
 
 
-def _conflicts() -> tuple[type[BaseException], ...]:
+def delta_conflicts() -> tuple[type[BaseException], ...]:
     """delta-rs's commit conflict and every one of Delta's (they share no base class in delta-spark's Python)."""
     import delta.exceptions
 
@@ -129,6 +134,78 @@ def refused_names(schema: pa.Schema) -> list[str]:
     return [name for name in schema.names if REFUSED_NAME_CHARACTERS & set(name)]
 
 
+def delta_spark_session(storage_options: dict[str, str] | None) -> SparkSession:
+    """A new session of the running one (same JVM, settings of its own): :data:`SESSION_SETTINGS` and the
+    pipeline's object-store settings. Its own, because Delta's idempotency settings are session-wide. With no
+    Spark running in this process (a settlement or maintenance task), lakesync's session is started first."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from lakesync.spark.session import build_spark_session
+
+    if SparkContext._active_spark_context is None:
+        running = build_spark_session("lakesync-delta-spark-writer")
+    else:
+        running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    session = running.newSession()
+    hadoop = {key.removeprefix("spark.hadoop."): value for key, value in hadoop_s3a_conf(storage_options).items()}
+    for key, value in {**SESSION_SETTINGS, **hadoop}.items():
+        session.conf.set(key, value)
+    return session
+
+
+@contextmanager
+def session_settings(session: SparkSession, settings: dict[str, str]) -> Iterator[SparkSession]:
+    """``session`` with ``settings`` set for one write and unset after it (a setting left set would apply to
+    the next write too: an app transaction left set skips the next batch silently)."""
+    for key, value in settings.items():
+        session.conf.set(key, value)
+    try:
+        yield session
+    finally:
+        for key in settings:
+            session.conf.unset(key)
+
+
+def run_on_delta_spark(work: Callable[[], T], what: str, table_uri: str, *, hint: str | None = None) -> T:
+    """``work()``; a lost commit race is raised as it is (the caller retries), anything else as a
+    :class:`SinkError` with the first line of Spark's message (its JVM stack trace stays in the log)."""
+    try:
+        return work()
+    except delta_conflicts():
+        raise
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SinkError(f"{what} of {table_uri} failed; nothing was committed: {first_line}", hint=hint) from exc
+
+
+def make_writable(table: DeltaTable, table_uri: str, session: SparkSession) -> None:
+    """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
+    deletion vectors on (module docstring); before delta-spark writes anything to the table."""
+    schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
+    refused = refused_names(schema)
+    if refused:
+        raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, "
+                        f"a space or one of ,;{{}}()= ({refused}); nothing was written",
+                        hint="set delta.writer: delta_rs for this pipeline (it writes such names), or rename "
+                             "the columns at the source")
+    missing = missing_writer_features(table)
+    if missing:
+        from deltalake import TableFeatures
+
+        log.info("%s: the protocol delta-rs wrote does not list %s; adding them so delta-spark can write it",
+                 table_uri, missing)
+        features = [getattr(TableFeatures, name[0].upper() + name[1:]) for name in missing]
+        table.alter.add_feature(features, allow_protocol_versions_increase=False)
+    if table.metadata().configuration.get(DELETION_VECTORS) != "true":
+        log.warning("%s: switching deletion vectors on (a protocol upgrade to reader 3 / writer 7 that can't be "
+                    "undone; readers without deletion-vector support can no longer read the table)", table_uri)
+        run_on_delta_spark(lambda: session.sql(
+            f"ALTER TABLE delta.{quote(spark_path(table_uri))} "
+            f"SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"), "switching deletion vectors on", table_uri)
+    table.update_incremental()
+
+
 class SparkDeltaSink(DeltaSink):
     """A :class:`DeltaSink` whose batch commits are made by delta-spark (see the module docstring)."""
 
@@ -137,71 +214,28 @@ class SparkDeltaSink(DeltaSink):
         self._session: SparkSession | None = None
 
     def _commit_conflicts(self) -> tuple[type[BaseException], ...]:
-        return _conflicts()
+        return delta_conflicts()
 
     def session(self) -> SparkSession:
-        """This sink's own Spark session (a new session of the running one: same JVM, its own settings)."""
+        """This sink's own Spark session (see :func:`delta_spark_session`)."""
         if self._session is None:
-            from pyspark.sql import SparkSession
-
-            running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-            self._session = running.newSession()
-            hadoop = {key.removeprefix("spark.hadoop."): value
-                      for key, value in hadoop_s3a_conf(self._storage_options).items()}
-            for key, value in {**SESSION_SETTINGS, **hadoop}.items():
-                self._session.conf.set(key, value)
+            self._session = delta_spark_session(self._storage_options)
         return self._session
 
     def prepare_to_write(self, table: DeltaTable) -> None:
-        """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
-        deletion vectors on (module docstring); before anything of the batch is written."""
-        schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
-        refused = refused_names(schema)
-        if refused:
-            raise SinkError(f"{self.table_uri}: delta-spark can't write a table whose column names hold a backtick, "
-                            f"a space or one of ,;{{}}()= ({refused}); nothing of this batch was written",
-                            hint="set stream.writer: delta_rs for this pipeline (it writes such names), or rename "
-                                 "the columns at the source")
-        missing = missing_writer_features(table)
-        if missing:
-            from deltalake import TableFeatures
+        """The table made writable by delta-spark (:func:`make_writable`), before anything of a batch is
+        written."""
+        make_writable(table, self.table_uri, self.session())
 
-            log.info("%s: the protocol delta-rs wrote does not list %s; adding them so delta-spark can write it",
-                     self.table_uri, missing)
-            features = [getattr(TableFeatures, name[0].upper() + name[1:]) for name in missing]
-            table.alter.add_feature(features, allow_protocol_versions_increase=False)
-        if table.metadata().configuration.get(DELETION_VECTORS) != "true":
-            log.warning("%s: switching deletion vectors on (a protocol upgrade to reader 3 / writer 7 that can't be "
-                        "undone; readers without deletion-vector support can no longer read the table)",
-                        self.table_uri)
-            self._run(lambda: self.session().sql(
-                f"ALTER TABLE delta.{quote(spark_path(self.table_uri))} "
-                f"SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"), "switching deletion vectors on")
-        table.update_incremental()
-
-    @contextmanager
-    def _committing(self, commit: BatchCommit) -> Iterator[SparkSession]:
+    def _committing(self, commit: BatchCommit) -> AbstractContextManager[SparkSession]:
         """The session with ``commit``'s app transaction and metadata set for one write, unset after it."""
-        session = self.session()
         settings = {USER_METADATA: json.dumps(commit.metadata, sort_keys=True)}
         if commit.transaction is not None:
             settings[TXN_APP_ID], settings[TXN_VERSION] = commit.transaction[0], str(commit.transaction[1])
-        for key, value in settings.items():
-            session.conf.set(key, value)
-        try:
-            yield session
-        finally:
-            for key in settings:
-                session.conf.unset(key)
+        return session_settings(self.session(), settings)
 
-    def _run(self, work: Any, what: str) -> Any:
-        try:
-            return work()
-        except _conflicts():
-            raise  # a lost commit race: commit_with_retry re-plans the batch
-        except Exception as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SinkError(f"{what} of {self.table_uri} failed; nothing was committed: {first_line}") from exc
+    def _run(self, work: Callable[[], T], what: str) -> T:
+        return run_on_delta_spark(work, what, self.table_uri)
 
     def _present(self, deletes: pa.Table) -> pa.Table:
         """Every delete goes into the MERGE: delta-spark ignores a source row no clause applies to."""
@@ -212,47 +246,76 @@ class SparkDeltaSink(DeltaSink):
         when neither (the table already records the batch: the replay only had stale changes)."""
         if merged.num_rows == 0 and commit.transaction is None:
             return {}
-        from pyspark.sql import functions as F
 
-        on = merge_condition(merged, self.key_columns)
-        newer = _column("s", POS) > _column("t", POS)
-        is_delete = _column("s", OP) == F.lit(DELETE_OP)
-        values: dict[str, str | Column] = {quote(name): _column("s", name) for name in merged.column_names}
-
-        def merge() -> Any:
-            from delta.tables import DeltaTable as SparkDeltaTable
-
+        def merge() -> dict[str, int]:
             with self._committing(commit) as session:
-                source = session.createDataFrame(merged)
-                return (SparkDeltaTable.forPath(session, spark_path(self.table_uri)).alias("t")
-                        .merge(source.alias("s"), on)
-                        .whenMatchedUpdate(condition=~is_delete & newer, set=values)
-                        .whenMatchedDelete(condition=is_delete & newer)
-                        .whenNotMatchedInsert(condition=~is_delete, values=values)
-                        .execute().first())
+                return merge_on_delta_spark(session, self.table_uri, merged, self.key_columns)
 
-        row = self._run(merge, "the MERGE")
+        counts = self._run(merge, "the MERGE")
         table.update_incremental()
-        counts = row.asDict() if row is not None else {}
-        return {f"num_target_rows_{kind}": counts.get(f"num_{kind}_rows", 0)
-                for kind in ("inserted", "updated", "deleted")}
+        return counts
 
     def _write_append(self, table: DeltaTable, rows: pa.Table, commit: BatchCommit) -> None:
         if rows.num_rows == 0 and commit.transaction is None:
             return
 
         def append() -> None:
-            from pyspark.sql import functions as F
-
-            path = spark_path(self.table_uri)
             with self._committing(commit) as session:
-                # an append, unlike a MERGE, does not cast: Arrow's naive timestamp arrives as Spark's TIMESTAMP,
-                # which the table holds as TIMESTAMP_NTZ (see SESSION_SETTINGS)
-                target = session.read.format("delta").load(path).schema
-                source = session.createDataFrame(rows)
-                (source.select(*[F.col(quote(field.name)).cast(field.dataType).alias(field.name)
-                                 for field in target.fields])
-                 .write.format("delta").mode("append").save(path))
+                append_on_delta_spark(session, self.table_uri, rows)
 
         self._run(append, "the append")
         table.update_incremental()
+
+
+def merge_on_delta_spark(session: SparkSession, table_uri: str, changes: pa.Table, key_columns: list[str], *,
+                         allow_equal: bool = False) -> dict[str, int]:
+    """MERGE ``changes`` (at most one per key, ops c/u/r/d) into the table: a change replaces or deletes a row
+    only when its position is newer (or equal, with ``allow_equal``: a source without positions), and a key
+    the table lacks is inserted unless the change is a delete. Returns the inserted/updated/deleted counts
+    under delta-rs's metric names. The caller sets the session's commit settings (:func:`session_settings`)."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+    from pyspark.sql import functions as F
+
+    on = merge_condition(changes, key_columns)
+    newer = _column("s", POS) >= _column("t", POS) if allow_equal else _column("s", POS) > _column("t", POS)
+    is_delete = _column("s", OP) == F.lit(DELETE_OP)
+    values: dict[str, str | Column] = {quote(name): _column("s", name) for name in changes.column_names}
+    source = session.createDataFrame(changes)
+    row = (SparkDeltaTable.forPath(session, spark_path(table_uri)).alias("t")
+           .merge(source.alias("s"), on)
+           .whenMatchedUpdate(condition=~is_delete & newer, set=values)
+           .whenMatchedDelete(condition=is_delete & newer)
+           .whenNotMatchedInsert(condition=~is_delete, values=values)
+           .execute().first())
+    counts = row.asDict() if row is not None else {}
+    return {f"num_target_rows_{kind}": counts.get(f"num_{kind}_rows", 0) for kind in ("inserted", "updated", "deleted")}
+
+
+def append_on_delta_spark(session: SparkSession, table_uri: str, rows: pa.Table) -> None:
+    """Append ``rows`` to the table, cast to its schema: an append, unlike a MERGE, does not cast, and Arrow's
+    naive timestamps arrive as Spark's TIMESTAMP where the table holds TIMESTAMP_NTZ (see SESSION_SETTINGS)."""
+    from pyspark.sql import functions as F
+
+    path = spark_path(table_uri)
+    target = session.read.format("delta").load(path).schema
+    source = session.createDataFrame(rows)
+    given = set(rows.column_names)  # a column the table kept after the source dropped it gets NULL
+    (source.select(*[(F.col(quote(field.name)) if field.name in given else F.lit(None))
+                     .cast(field.dataType).alias(field.name) for field in target.fields])
+     .write.format("delta").mode("append").save(path))
+
+
+def create_on_delta_spark(session: SparkSession, table_uri: str, rows: pa.Table,
+                          properties: dict[str, str]) -> None:
+    """Create the table with ``rows`` in one commit, with ``properties`` and deletion vectors on; the Delta
+    types are the ones delta-rs would give the same Arrow schema (a naive timestamp is TIMESTAMP_NTZ)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    target = from_arrow_schema(rows.schema, prefer_timestamp_ntz=True)
+    source = session.createDataFrame(rows)
+    defaults = {f"{TABLE_DEFAULTS}{key.removeprefix('delta.')}": value
+                for key, value in {**properties, DELETION_VECTORS: "true"}.items()}
+    with session_settings(session, defaults):  # a table created at a path takes its properties from these
+        (source.select(*[F.col(quote(field.name)).cast(field.dataType).alias(field.name) for field in target.fields])
+         .write.format("delta").mode("errorifexists").save(spark_path(table_uri)))

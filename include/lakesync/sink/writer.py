@@ -2,7 +2,9 @@
 
 Several writers share a table: the stream's MERGEs, the nightly settlement's repair, the maintenance DAG's
 OPTIMIZE and VACUUM. delta-rs commits optimistically and raises :class:`deltalake.exceptions.CommitFailedError`
-when a concurrent commit conflicts with what this one read (e.g. an OPTIMIZE removed a file the MERGE read).
+when a concurrent commit conflicts with what this one read (e.g. an OPTIMIZE removed a file the MERGE read);
+with ``delta.writer: delta_spark`` Delta's own conflict exceptions play that part (``conflicts=``, see
+:mod:`lakesync.sink.spark_writes`, whose maintenance is :mod:`lakesync.sink.spark_maintenance`).
 Every lakesync write goes through :func:`commit_with_retry`: the whole step (read the table again, plan,
 write) is re-run, a bounded number of times, each retry logged and its attempt number written into the
 commit metadata (``lakesync.commit.attempt``), so the Delta log shows the retries. When the attempts run
@@ -99,12 +101,18 @@ def optimize(table_uri: str, *, storage_options: dict[str, str] | None = None,
     return commit_with_retry(step, what="OPTIMIZE", table_uri=table_uri)
 
 
-def vacuum(table_uri: str, *, retention_hours: float, storage_options: dict[str, str] | None = None) -> list[str]:
-    """VACUUM files older than ``retention_hours``, raised to :data:`MIN_VACUUM_RETENTION_HOURS` (see above)."""
+def vacuum_retention_hours(table_uri: str, retention_hours: float) -> float:
+    """``retention_hours``, raised to :data:`MIN_VACUUM_RETENTION_HOURS` (see above) with a warning."""
     if retention_hours < MIN_VACUUM_RETENTION_HOURS:
         log.warning("VACUUM of %s: retention %sh raised to %sh, so no running reader or stream loses a file it "
                     "still needs", table_uri, retention_hours, MIN_VACUUM_RETENTION_HOURS)
-        retention_hours = MIN_VACUUM_RETENTION_HOURS
+        return MIN_VACUUM_RETENTION_HOURS
+    return retention_hours
+
+
+def vacuum(table_uri: str, *, retention_hours: float, storage_options: dict[str, str] | None = None) -> list[str]:
+    """VACUUM files older than ``retention_hours``, raised to :data:`MIN_VACUUM_RETENTION_HOURS` (see above)."""
+    retention_hours = vacuum_retention_hours(table_uri, retention_hours)
 
     def step(attempt: int) -> list[str]:
         table = DeltaTable(table_uri, storage_options=storage_options)

@@ -181,11 +181,11 @@ class _Stop:
 
 
 def _sink(pipeline: Pipeline, table: StreamedTable):
-    """The sink of ``table``: its batches committed by delta-rs, or by delta-spark (``stream.writer``)."""
+    """The sink of ``table``: its batches committed by delta-rs, or by delta-spark (``delta.writer``)."""
     from lakesync.sink import DeltaSink
 
     sink_class = DeltaSink
-    if pipeline.stream.writer == "delta_spark":
+    if pipeline.delta.writer == "delta_spark":
         from lakesync.sink.spark_writes import SparkDeltaSink
 
         sink_class = SparkDeltaSink
@@ -676,17 +676,19 @@ def _await(query, applier: BatchApplier, *, once: bool, deadline: float | None) 
             return
         if applier.joined and not once:
             applier.close()
-            _until_trigger_ends(query)
+            _until_trigger_ends(query, deadline)
             return
 
 
-def _until_trigger_ends(query) -> None:
+def _until_trigger_ends(query, deadline: float | None) -> None:
     """Wait until the query's trigger in flight has committed its batch in the checkpoint (or the query ended).
 
     Why: a query stopped between its batch's Delta writes and Spark's commit of the batch leaves a batch that
     only its own checkpoint can replay, so the tables that joined would wait a query more (seen on a loaded
     CI machine). A trigger started after :meth:`BatchApplier.close` writes nothing and ends the query."""
     while query.isActive and query.status["isTriggerActive"]:
+        if deadline is not None and time.monotonic() >= deadline:
+            return
         time.sleep(0.1)
 
 
