@@ -16,7 +16,6 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection
 from lakesync.monitoring.status import pipeline_status as library_status
 from lakesync.settlement.windows import PROP_PREFIX
-from lakesync.sink.coverage import commit_metadata
 
 _START = f"{PROP_PREFIX}interval_start"
 
@@ -26,6 +25,8 @@ def last_settlement(pipeline: Pipeline, table: str, *, commits: int = 200) -> di
     the table's last ``commits`` commits."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
+
+    from lakesync.sink.coverage import commit_metadata  # imports deltalake: not at DAG parse time
 
     try:
         history = DeltaTable(pipeline.delta.table_uri(table),

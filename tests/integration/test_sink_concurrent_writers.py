@@ -76,7 +76,7 @@ def test_stream_settlement_and_optimize_at_once_lose_nothing_and_double_nothing(
 
     def settlement() -> None:
         rng = random.Random(2)
-        pipeline = SimpleNamespace(delta=SimpleNamespace(storage_options={}))
+        pipeline = SimpleNamespace(delta=SimpleNamespace(storage_options={}, writer="delta_rs"))
         for run in range(1, 13):
             offset = clock.tick()  # the position read before the settlement's SELECT
             rows = [(key, f"r{run}-{key}", offset, "r") for key in rng.sample(list(KEYS), 3)]
