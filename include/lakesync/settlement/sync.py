@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 from sqlalchemy import ColumnElement, TableClause
 
@@ -47,6 +47,7 @@ from lakesync.core.types import ColumnSpec, arrow_schema, arrow_table_from_db_ro
 from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, settlement_window
 from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
+from lakesync.sink.spark_writes import delta_conflicts
 from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
 from lakesync.source import queries
@@ -286,11 +287,8 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
         write(uri, options, current, kept if current is None else merged, key, commit, position == MIN_KEY)
         return DeltaTable(uri, storage_options=options).version()
 
-    if not by_spark:
-        return commit_with_retry(step, what="settlement commit", table_uri=uri)
-    from lakesync.sink.spark_writes import delta_conflicts
-
-    return commit_with_retry(step, what="settlement commit", table_uri=uri, conflicts=delta_conflicts())
+    conflicts = delta_conflicts() if by_spark else (CommitFailedError,)
+    return commit_with_retry(step, what="settlement commit", table_uri=uri, conflicts=conflicts)
 
 
 def _write_by_delta_rs(uri: str, options: dict[str, str] | None, current: DeltaTable | None, changes: pa.Table,
