@@ -77,18 +77,11 @@ def test_both_kafka_conn_id_and_bootstrap_servers_is_refused(tmp_path, document)
     _refused(tmp_path, document, "kafka", "conn_id", "bootstrap_servers", "not both")
 
 
-def test_spark_sql_decode_with_lakesyncs_kafka_reader_is_refused(tmp_path, document):
-    document["stream"] = {"decode": "spark_sql", "kafka_reader": "lakesync"}
-    _refused(tmp_path, document, "stream", "spark_sql", "kafka_reader")
-
-
-def test_lakesyncs_kafka_reader_alone_decodes_in_python_and_spark_sql_is_the_default_otherwise(tmp_path, document):
-    document["stream"] = {"kafka_reader": "lakesync"}
-    write_pipeline(tmp_path / "pipelines", document)
-    assert load_pipeline(document["name"], tmp_path / "pipelines").stream.decode == "python"
-    document["stream"] = {}
-    write_pipeline(tmp_path / "pipelines", document)
-    assert load_pipeline(document["name"], tmp_path / "pipelines").stream.decode == "spark_sql"
+@pytest.mark.parametrize("reader", ["lakesync", "spark"])
+def test_the_removed_kafka_reader_setting_is_refused_with_what_to_do(tmp_path, document, reader):
+    document["stream"] = {"kafka_reader": reader}
+    error = _refused(tmp_path, document, "stream", "kafka_reader was removed", "Delete the line")
+    assert "carried over" in str(error)
 
 
 def test_unset_environment_reference_is_refused(tmp_path, document, monkeypatch):

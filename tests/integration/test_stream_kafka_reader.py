@@ -1,6 +1,7 @@
-"""``stream.kafka_reader`` changed between runs: the stream goes on at the old checkpoint's committed offsets,
-with nothing read twice and nothing skipped, through the real relay, broker and Spark stream; judged by the
-independent oracle (tests/oracle.py) and by the count of changes each run applied."""
+"""A checkpoint Spark's Kafka source can't go on with (lakesync's former Python reader's, or one that never read a
+trimmed or new topic) is moved aside and the stream goes on at its committed offsets, with nothing read twice
+and nothing skipped, through the real relay, broker and Spark stream; judged by the independent oracle
+(tests/oracle.py) and by the count of changes each run applied."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from lakesync.core.config import Pipeline, load_pipeline
 from lakesync.full_load.load import FullLoad
 from lakesync.relay import Relay
 from lakesync.stream.app import checkpoint_dir, run_stream
-from lakesync.stream.kafka_reader import checkpoint_reader
+from lakesync.stream.kafka_reader import READER_FILE, checkpoint_reader
 from tests.oracle import assert_tables_match
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def _pipeline(folder: Path, database: str, reader: str, prefix: str) -> Pipeline:
+def _pipeline(folder: Path, database: str, prefix: str) -> Pipeline:
     (folder / "readers.yaml").write_text(yaml.safe_dump({
         "name": "readers",
         "source": {"conn_id": MYSQL_CONN_ID, "database": database, "server_id": int(prefix[2:7])},
@@ -31,7 +32,7 @@ def _pipeline(folder: Path, database: str, reader: str, prefix: str) -> Pipeline
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": prefix},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
-        "stream": {"kafka_reader": reader, "max_offsets_per_trigger": 7},
+        "stream": {"max_offsets_per_trigger": 7},
     }))
     return load_pipeline("readers", folder)
 
@@ -52,9 +53,9 @@ def _relay(pipeline: Pipeline) -> None:
 
 
 def _loaded(stack: Any, mariadb: Any, database: str, folder: Path, monkeypatch: Any, *, tables: tuple[str, ...],
-            reader: str, prefix: str) -> Pipeline:
-    """``tables`` created with 199 rows each and fully loaded, by a pipeline with ``reader`` and topics named
-    ``prefix`` plus a random suffix."""
+            prefix: str) -> Pipeline:
+    """``tables`` created with 199 rows each and fully loaded, by a pipeline with topics named ``prefix`` plus
+    a random suffix."""
     for key, value in stack.connection_env().items():
         monkeypatch.setenv(key, value)
     with mariadb.connect(database=database) as conn, conn.cursor() as cur:
@@ -62,33 +63,33 @@ def _loaded(stack: Any, mariadb: Any, database: str, folder: Path, monkeypatch: 
             cur.execute(f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, "
                         "amount DECIMAL(12,2) NULL)")
             cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", [(i, f"a{i}", i) for i in range(1, 200)])
-    pipeline = _pipeline(folder, database, reader, f"{prefix}{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}")
+    pipeline = _pipeline(folder, database, f"{prefix}{random.randrange(10_000, 60_000)}{uuid.uuid4().hex[:6]}")
     FullLoad(pipeline).run()
     return pipeline
 
 
-def test_changing_the_kafka_reader_goes_on_at_the_committed_offsets_reading_nothing_twice(
+def test_a_checkpoint_of_the_former_python_reader_is_carried_over_reading_nothing_twice(
         stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
     database = fresh_database
-    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts",), reader="lakesync",
-                       prefix="kr")
-    prefix = pipeline.kafka.topic_prefix
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts",), prefix="kr")
     uri = {"accounts": pipeline.delta.table_uri("accounts")}
+    checkpoint = checkpoint_dir(pipeline)
 
     applied = []
-    for run, reader in enumerate(["lakesync", "spark", "lakesync"]):
-        pipeline = _pipeline(tmp_path, database, reader, prefix)
+    for run in range(2):
         made = _changes(mariadb, database, 1000 * (run + 1))
         _relay(pipeline)
-        summary = run_stream(pipeline, once=True, spark=spark)
-        applied.append((summary.changes, made))
-        assert checkpoint_reader(checkpoint_dir(pipeline)) == reader
+        if run == 1:  # what an upgrade finds: a checkpoint written before the reader was recorded (the former one)
+            (checkpoint / READER_FILE).unlink()
+            assert checkpoint_reader(checkpoint) == "lakesync"
+        applied.append((run_stream(pipeline, once=True, spark=spark).changes, made))
+        assert checkpoint_reader(checkpoint) == "spark"
         with mariadb.connect(database=database) as conn:
             assert_tables_match(conn, database, uri)
 
     assert [changes for changes, _ in applied] == [made for _, made in applied]  # each run: its own changes only
-    kept = sorted(p.name.split("-reader-")[0] for p in checkpoint_dir(pipeline).parent.glob("*-reader-*"))
-    assert kept == [f"{checkpoint_dir(pipeline).name}.{reader}" for reader in ("lakesync", "spark")], kept  # each old checkpoint kept whole
+    kept = [p.name.split("-reader-")[0] for p in checkpoint.parent.glob("*-reader-*")]
+    assert kept == [f"{checkpoint.name}.lakesync"], kept  # the old checkpoint kept whole
 
 
 def test_a_trimmed_topic_new_to_the_checkpoint_starts_at_its_tables_handoff_with_sparks_reader(
@@ -99,7 +100,7 @@ def test_a_trimmed_topic_new_to_the_checkpoint_starts_at_its_tables_handoff_with
     from confluent_kafka.admin import AdminClient
 
     database = fresh_database
-    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "other"), reader="spark",
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "other"),
                        prefix="kt")
     _changes(mariadb, database, 1000)
     with mariadb.connect(database=database) as conn, conn.cursor() as cur:
@@ -135,7 +136,7 @@ def test_a_topic_the_relay_creates_while_sparks_query_starts_is_read_and_the_que
     import lakesync.stream.app as stream_app
 
     database = fresh_database
-    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "quiet"), reader="spark",
+    pipeline = _loaded(stack, mariadb, database, tmp_path, monkeypatch, tables=("accounts", "quiet"),
                        prefix="kc")
     made = _changes(mariadb, database, 1000)  # `quiet` has no change yet: the relay has not created its topic
     _relay(pipeline)

@@ -48,7 +48,7 @@ JOIN_WAIT_SECONDS = 240
 CREATE = "CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL, amount DECIMAL(10,2) NULL)"
 
 
-def _pipeline(folder: Path, database: str, *, join: bool, reader: str | None = None) -> Pipeline:
+def _pipeline(folder: Path, database: str, *, join: bool) -> Pipeline:
     server_id = random.randrange(5_000, 60_000)
     (folder / "newtables.yaml").write_text(yaml.safe_dump({
         "name": "newtables",
@@ -57,7 +57,7 @@ def _pipeline(folder: Path, database: str, *, join: bool, reader: str | None = N
         "kafka": {"conn_id": KAFKA_CONN_ID, "topic_prefix": f"nt{server_id}{uuid.uuid4().hex[:6]}"},
         "delta": {"root": str(folder / "delta")},
         "state_dir": str(folder / "state"),
-        "stream": {"join_new_tables": join, "trigger_seconds": 1, **({"kafka_reader": reader} if reader else {})},
+        "stream": {"join_new_tables": join, "trigger_seconds": 1},
     }))
     return load_pipeline("newtables", folder)
 
@@ -90,18 +90,17 @@ def _start(mariadb: Any, database: str, pipeline: Pipeline, spark: Any) -> None:
     run_stream(pipeline, once=True, spark=spark)
 
 
-@pytest.mark.parametrize("reader", ["lakesync", "spark"])
 def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_running_stream(
-        reader, stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
-    """Both Kafka readers (``stream.kafka_reader``): Spark's starts a topic new to its checkpoint at its first
-    record, so the re-created table's old rows are left out by position, not by where the read starts."""
+        stack, mariadb, fresh_database, spark, tmp_path, monkeypatch):
+    """Spark's Kafka source starts a topic new to its checkpoint at its first record, so the re-created table's
+    old rows are left out by position, not by where the read starts."""
     for key, value in stack.connection_env().items():
         monkeypatch.setenv(key, value)
     database = fresh_database
     _sql(mariadb, database, CREATE.format(t="staging_orders"),
          "INSERT INTO staging_orders VALUES (1, 'old1', 1.00), (2, 'old2', 2.00), (3, 'old3', NULL)",
          CREATE.format(t="legacy_accounts"), "INSERT INTO legacy_accounts VALUES (1, 'l1', 1.00), (2, 'l2', NULL)")
-    pipeline = _pipeline(tmp_path, database, join=True, reader=reader)
+    pipeline = _pipeline(tmp_path, database, join=True)
     _start(mariadb, database, pipeline, spark)
     _sql(mariadb, database, "UPDATE legacy_accounts SET v = 'before widening' WHERE id = 1")
     pipeline = _widen(tmp_path)  # legacy_accounts is selected now: it never was, so the change log lacks it
@@ -122,7 +121,7 @@ def test_tables_created_renamed_in_or_newly_selected_after_the_load_join_the_run
          "UPDATE legacy_accounts SET amount = 5.00 WHERE id = 2")
     _relay(pipeline)
     summary = run_stream(pipeline, once=True, spark=spark)  # one call: the new topics are read in it
-    assert checkpoint_reader(checkpoint_dir(pipeline)) == reader
+    assert checkpoint_reader(checkpoint_dir(pipeline)) == "spark"
 
     loads = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables
     assert loads["fresh"].mode == "binlog" and loads["fresh"].rows == 0  # no snapshot: all from the change log

@@ -15,7 +15,6 @@ import pytest
 from lakesync.core.config import load_pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.positions import SourcePosition
-from lakesync.kafka.config import KafkaSourceOptions
 from lakesync.relay.offsets import ProgressStore
 from tests.bad_input.badkit import base_document, write_pipeline
 
@@ -95,14 +94,17 @@ def test_kafka_tls_and_sasl_reach_the_producer_and_the_progress_store(pipeline, 
     assert ProgressStore.for_pipeline(pipeline).client_config["sasl.password"] == "kafka-S3cret"
 
 
-def test_kafka_tls_and_sasl_reach_the_spark_source_and_stay_out_of_its_repr(pipeline):
-    # run_stream hands the pipeline's client config to the source as kafka.-prefixed options.
-    options = {f"kafka.{key}": value for key, value in kafka_client_config(pipeline).items()}
-    source = KafkaSourceOptions.from_options({**options, "subscribe": pipeline.topic("orders")})
-    assert {key: source.client[key] for key in KAFKA_SECURITY} == KAFKA_SECURITY
-    assert "kafka-S3cret" not in repr(source)
-    assert source.safe_client_config()["sasl.password"] == "***"
-    assert source.safe_client_config()["sasl.username"] == "relay"
+def test_kafka_tls_and_sasl_reach_sparks_kafka_source_as_the_java_clients_settings(pipeline):
+    # run_stream hands the pipeline's client config to Spark's Kafka source through stream_options.
+    from lakesync.kafka.spark_options import stream_options
+
+    options = stream_options(kafka_client_config(pipeline), [pipeline.topic("orders")])
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert options["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                                 'username="relay" password="kafka-S3cret";')
+    assert options["kafka.ssl.truststore.location"] == "/etc/lakesync/kafka-ca.pem"
+    assert options["kafka.isolation.level"] == "read_committed"
 
 
 def test_the_relay_refuses_settings_that_would_weaken_delivery(pipeline, monkeypatch):

@@ -18,7 +18,6 @@ import pytest
 from lakesync.core.positions import SourcePosition
 from lakesync.core.types import ColumnSpec, arrow_schema, json_value
 from lakesync.events.envelope import H_FORMAT, H_POS, ChangeEvent, encode
-from lakesync.kafka.spark_source import arrow_schema as kafka_arrow_schema
 from lakesync.sink.changes import last_change_per_key
 from lakesync.stream.columnar_decode import (
     DecodePlan,
@@ -109,9 +108,17 @@ def _event(op: str, row: dict[str, Any], n: int, *, before: dict[str, Any] | Non
                        ts_ms=1_700_000_000_000 + n, key={"id": row["id"]})
 
 
+#: the columns of Spark's Kafka source (``includeHeaders``) as ``mapInArrow`` hands them to the decode
+KAFKA_RECORD_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+
 def kafka_records(values: list[tuple[bytes | None, list[tuple[str, bytes]]]], topic: str = TOPIC) -> pa.Table:
     """Spark's Kafka columns for records of ``topic``."""
-    schema = kafka_arrow_schema()
+    schema = KAFKA_RECORD_SCHEMA
     n = len(values)
     headers = pa.array([[{"key": k, "value": v} for k, v in h] for _, h in values], schema.field("headers").type)
     return pa.Table.from_arrays([

@@ -10,8 +10,7 @@ One run on one embedded stack (docs/stream.md, "Benchmark", lists every key and 
 4. the stream alone over those topics: ``lakesync stream --once`` in its own process for the peak RSS of
    its process tree, then in-process on ``local[2]`` and ``local[1]`` for throughput and scaling, and on
    each the executors' tasks alone over the same topics (read, decode, reduce: the part that scales out);
-   then the peak RSS and ``local[2]`` rate again with lakesync's own Kafka reader (the former default), and
-   every figure of this step again with ``stream.decode: python`` (the former default decode);
+   then every figure of this step again with ``stream.decode: python`` (the former default decode);
 5. backpressure: the relay with a lag bound, the stream stopped, then running;
 6. end to end: the relay (thread) and the stream (``availableNow``, repeated) together, from the relay's
    start to the last Delta commit; then freshness under a steady 2,000 changes/s with the stream in
@@ -108,11 +107,6 @@ class StreamBenchResult:
     load_average: list[float]
     #: the embedded Apache Kafka broker's peak RSS over the whole bench
     broker_peak_rss_mb: float
-    #: ``stream.kafka_reader: lakesync`` (lakesync's Python source, the former default) on the same topics:
-    #: stream-only rate on local[2] and the process tree's peak; the default reader's rate over it
-    lakesync_reader_stream_only_changes_per_s: float
-    lakesync_reader_peak_rss_mb: float
-    spark_reader_vs_lakesync_reader: float
     #: five tables changed in one micro-batch: their MERGEs at once (stream.merge_threads) over one by one
     concurrent_merge: dict[str, Any]
     #: ``stream.decode: python`` (the former default: a Python worker decodes beside each task) on the same
@@ -525,12 +519,6 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         stream_rate_1, _, tasks_1 = _stream_only_on("local[1]", phase("stream1"), phase("warm1", **warm), generated)
         tasks_rate_1, py_tasks_1 = tasks_1["spark_sql"], tasks_1["python"]
         log.info("stream alone, 1 core: %.0f changes/s (executor tasks alone %.0f/s)", stream_rate_1, tasks_rate_1)
-        former = {"kafka_reader": "lakesync", "decode": "python"}
-        former_peak, _, _ = _stream_process_peak_rss(phase("rss-lakesync", **former), generated)
-        former_rate, _, _ = _stream_only_on("local[2]", phase("stream2-lakesync", **former),
-                                            phase("warm2-lakesync", **former, **warm), generated, tasks_for=())
-        log.info("stream alone with lakesync's Kafka reader, 2 cores: %.0f changes/s; process tree peak RSS %.0f MB",
-                 former_rate, former_peak)
         python = {"decode": "python"}
         py_peak, _, _ = _stream_process_peak_rss(phase("rss-python", **python), generated)
         py_rate, _, _ = _stream_only_on("local[2]", phase("stream2-python", **python),
@@ -624,9 +612,6 @@ def run_bench(stack: DevStack, changes: int, *, freshness_seconds: float = 20, m
         merge_cost_growth=merge,
         load_average=[round(x, 2) for x in os.getloadavg()],
         broker_peak_rss_mb=round(broker.stop(), 1),
-        lakesync_reader_stream_only_changes_per_s=round(former_rate, 1),
-        lakesync_reader_peak_rss_mb=round(former_peak, 1),
-        spark_reader_vs_lakesync_reader=round(stream_rate / former_rate, 3),
         concurrent_merge=concurrent,
         python_decode=python_decode,
         delta_spark_writer=delta_spark_writer,
@@ -665,9 +650,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"stream alone (local[2]):  {result.stream_only_changes_per_s:,.0f} changes/s in "
               f"{result.stream_only_batches} batches of <= {result.batch_bound}; "
               f"{result.stream_vs_relay:.2f}x the relay (target >= 1.0)")
-        print(f"lakesync's Kafka reader:  {result.lakesync_reader_stream_only_changes_per_s:,.0f} changes/s alone on "
-              f"local[2] (Spark's reader {result.spark_reader_vs_lakesync_reader:.2f}x that), peak RSS "
-              f"{result.lakesync_reader_peak_rss_mb:.0f} MB")
         print(f"executor scaling:         {result.executor_scaling:.2f} (local[2] / local[1], target >= 1.5)")
         print(f"executor tasks alone:     {result.executor_tasks_changes_per_s:,.0f} changes/s on local[2], "
               f"{result.executor_tasks_scaling:.2f} x local[1] (read, decode, reduce; no driver, no Delta)")

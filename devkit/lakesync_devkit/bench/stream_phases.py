@@ -69,42 +69,6 @@ def stream_only(pipeline: Pipeline, spark: Any, changes: int) -> tuple[float, in
     return changes / seconds, batches
 
 
-def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
-    """Changes/s of the executors' part alone: the stream's own tasks (read, decode and reduce) over the
-    whole of the pipeline's pre-filled table topics, cut into one range per executor core as the stream cuts
-    them; no driver work, no Delta. Its ratio between ``local[2]`` and ``local[1]`` says how the work that
-    runs on the executors scales. Each reader's tasks: :func:`_spark_reader_tasks_rate`, or lakesync's
-    (:func:`lakesync.stream.reduce.read_and_reduce` over each offset range)."""
-    from functools import partial
-
-    if pipeline.stream.kafka_reader == "spark":
-        return _spark_reader_tasks_rate(pipeline, spark, changes)
-
-    from lakesync.kafka.config import KafkaSourceOptions
-    from lakesync.kafka.offsets import earliest_offsets, end_offsets, list_partitions, offset_consumer
-    from lakesync.kafka.spark_source import KafkaInputPartition, split_ranges
-    from lakesync.stream.app import BatchApplier, source_options, streamed_tables
-    from lakesync.stream.reduce import read_and_reduce, run_on_executors
-
-    tables = streamed_tables(pipeline)
-    source = KafkaSourceOptions.from_options(source_options(pipeline, [t.topic for t in tables]))
-    consumer = offset_consumer(source.client)
-    try:
-        tps = list_partitions(consumer, topics=[t.topic for t in tables])
-        starts, ends = earliest_offsets(consumer, tps), end_offsets(consumer, tps)
-    finally:
-        consumer.close()
-    cores = spark.sparkContext.defaultParallelism
-    ranges = split_ranges([KafkaInputPartition(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps], cores)
-    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", partial(run_on_executors, source=source)
-                        ).plan({})
-    tasks = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(partial(read_and_reduce, plan, source))
-    tasks.count()  # once to start the Python workers and fill the broker's caches, as a running stream has
-    began = time.perf_counter()
-    tasks.count()
-    return changes / (time.perf_counter() - began)
-
-
 @dataclass
 class BackpressureResult:
     bound: int
@@ -169,10 +133,12 @@ def backpressure(pipeline: Pipeline, spark: Any, changes: int, *, stopped_second
     )
 
 
-def _spark_reader_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
-    """Spark's Kafka source read as a batch over the same topics (first to last record, ``minPartitions`` one
-    per core, as the stream's query asks) and the stream's decode and reduce in each task
-    (:func:`lakesync.stream.reduce.reduce_arrow` through ``mapInArrow``), nothing collected."""
+def executor_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> float:
+    """Changes/s of the executors' part alone: Spark's Kafka source read as a batch over the pipeline's
+    pre-filled table topics (first to last record, ``minPartitions`` one per core, as the stream's query asks)
+    and the stream's decode and reduce in each task (Spark SQL's, or :func:`lakesync.stream.reduce.reduce_arrow`
+    through ``mapInArrow``), nothing collected: no driver work, no Delta. Its ratio between ``local[2]`` and
+    ``local[1]`` says how the work that runs on the executors scales."""
     from functools import partial
 
     from lakesync.core.connections import kafka_client_config
@@ -184,8 +150,7 @@ def _spark_reader_tasks_rate(pipeline: Pipeline, spark: Any, changes: int) -> fl
     options = {**stream_options(kafka_client_config(pipeline), [t.topic for t in tables]),
                "startingOffsets": "earliest", "endingOffsets": "latest",
                "minPartitions": str(spark.sparkContext.defaultParallelism)}
-    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", run_records_on_executors,
-                        read_from_handoffs=True).plan({})
+    plan = BatchApplier(pipeline, tables, "lakesync-bench-executor-tasks", run_records_on_executors).plan({})
     records = spark.read.format("kafka").options(**options).load().select(*INPUT_COLUMNS)
     if pipeline.stream.decode == "spark_sql":
         jobs = _sql_decode_jobs(records, plan)

@@ -163,36 +163,24 @@ class Stream(_Strict):
         description="The MERGEs of the tables one micro-batch changed run this many at once (each table is its "
         "own Delta table; delta-rs works outside the GIL); 1: one after another.",
     )
-    kafka_reader: Literal["spark", "lakesync"] = Field(
-        default="spark",
-        description="How the stream reads Kafka: Spark's own Kafka source (spark-sql-kafka-0-10, in the JVM) or "
-        "lakesync's Python data source (tasks read their offset ranges with confluent-kafka; the former default, "
-        "kept as a fallback); both feed the same decode. Changing it moves the stream's checkpoint aside and goes "
-        "on at its committed offsets (docs/stream.md, \"Kafka readers\").",
-    )
     decode: Literal["python", "spark_sql"] = Field(
         default="spark_sql",
-        description="Where the relay's events are decoded: 'spark_sql' (the default with Spark's reader: Spark SQL "
-        "in the executors' JVM, from_json and casts that refuse a value that does not fit; records it can't take, "
-        "such as Debezium's, go the Python way) or 'python' (a Python worker beside each task decodes Arrow "
-        "batches column-wise; the default with kafka_reader 'lakesync', which 'spark_sql' can't read) "
+        description="Where the relay's events are decoded: 'spark_sql' (Spark SQL in the executors' JVM, "
+        "from_json and casts that refuse a value that does not fit; records it can't take, such as Debezium's, "
+        "go the Python way) or 'python' (a Python worker beside each task decodes Arrow batches column-wise) "
         "(docs/stream.md, \"Decoding in Spark SQL\").",
     )
 
     @model_validator(mode="before")
     @classmethod
-    def _decode_follows_the_reader(cls, data: object) -> object:
-        """lakesync's reader hands its records to Python itself: its decode is 'python' unless set otherwise."""
-        if isinstance(data, dict) and data.get("kafka_reader") == "lakesync" and "decode" not in data:
-            return {**data, "decode": "python"}
+    def _kafka_reader_was_removed(cls, data: object) -> object:
+        """``kafka_reader`` chose lakesync's former Python Kafka source: say what to do instead of 'unknown key'."""
+        if isinstance(data, dict) and "kafka_reader" in data:
+            raise ValueError(
+                "kafka_reader was removed: the stream always reads Kafka with Spark's Kafka source. Delete the "
+                "line; a checkpoint of lakesync's former reader is carried over at its committed offsets on the "
+                "next run (docs/operations.md, \"Upgrading from lakesync's Python Kafka reader\")")
         return data
-
-    @model_validator(mode="after")
-    def _decode_needs_sparks_reader(self) -> Stream:
-        if self.decode == "spark_sql" and self.kafka_reader != "spark":
-            raise ValueError("decode 'spark_sql' decodes the records of Spark's Kafka source: set kafka_reader "
-                             "'spark' too, or decode 'python'")
-        return self
 
 
 class Relay(_Strict):

@@ -72,6 +72,8 @@ _NOT_KNOWN_YET = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TO
 #: ListOffsets' special timestamps: the first offset in the log, and its end (for a ``read_committed``
 #: consumer the last stable offset: records of open transactions are not there yet).
 _EARLIEST_TS, _LATEST_TS = -2, -1
+#: Spark's ``startingOffsets`` JSON value for a partition's first record
+EARLIEST = -2
 
 
 def _list_offsets(consumer: Consumer, partitions: Iterable[TP], which: int, *, timeout: float) -> dict[TP, int]:
@@ -294,26 +296,3 @@ def first_position_keys(consumer: Consumer, partitions: Iterable[TP], position_o
     found = _first_messages(consumer, earliest_offsets(consumer, tps, timeout=timeout), POSITION_HEADER,
                             timeout=timeout, position_of=position_of)
     return {tp: key for tp, (_, key) in found.items() if key is not None}
-
-
-def rate_limited_ends(starts: Mapping[TP, int], ends: Mapping[TP, int], max_rows: int) -> dict[TP, int]:
-    """End offsets that advance at most ``max_rows`` messages in total, shared in proportion to each lag.
-
-    Like Spark's ``maxOffsetsPerTrigger``, but never over the limit, and every lagging partition moves by at
-    least one while the budget lasts so that none starves.
-    """
-    lags = {tp: max(0, ends[tp] - starts.get(tp, ends[tp])) for tp in ends}
-    total = sum(lags.values())
-    if total <= max_rows:
-        return dict(ends)
-    lagging = [tp for tp, lag in lags.items() if lag > 0]
-    share = {tp: (max_rows * lags[tp]) // total for tp in lagging}
-    leftover = max_rows - sum(share.values())
-    # The rounding remainder goes one each to partitions that got nothing yet, then to the biggest lags.
-    for tp in sorted(lagging, key=lambda tp: (share[tp] > 0, -lags[tp], tp)):
-        if leftover <= 0:
-            break
-        if share[tp] < lags[tp]:
-            share[tp] += 1
-            leftover -= 1
-    return {tp: (starts[tp] + share[tp] if tp in share else ends[tp]) for tp in ends}

@@ -1,9 +1,10 @@
 """The streaming app: Kafka topics of a pipeline -> versioned MERGE into its Delta tables, exactly once.
 
-Spark Structured Streaming plans the micro-batches over the tables' topics with lakesync's Python Kafka source
-(offset ranges in Spark's checkpoint). Each micro-batch's ranges are read, decoded and reduced to the newest
-change per key on the executors (:mod:`lakesync.stream.reduce`); the driver receives only the reduced rows and merges them into each Delta table by :class:`lakesync.sink.DeltaSink` with the app transaction ``(stream id, batch id)``
-in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
+Spark Structured Streaming reads the tables' topics with Spark's Kafka source (offsets in Spark's checkpoint).
+Each micro-batch's records are decoded and reduced to the newest change per key on the executors
+(:mod:`lakesync.stream.sql_decode`, :mod:`lakesync.stream.reduce`); the driver receives only the reduced rows
+and merges them into each Delta table (``delta.writer``: :mod:`lakesync.delta.writer`) with the app
+transaction ``(stream id, batch id)`` in the same commit, so a batch replayed after a crash between the Delta commit and the checkpoint is
 skipped. Exactly-once does not depend on Kafka: every change carries its source position and the sink
 applies a change only when it is newer than what the row holds.
 
@@ -38,7 +39,6 @@ from lakesync.core.table_layout import POS, table_semantics
 from lakesync.events.envelope import SCHEMA_TOPIC_TABLE, SchemaChangeEvent
 from lakesync.full_load.state import LoadState, TableLoad, utc_now
 from lakesync.kafka import spark_options
-from lakesync.kafka.config import EARLIEST, KafkaSourceOptions
 from lakesync.monitoring.stream_monitor import StreamMonitor
 from lakesync.stream.columnar_decode import DecodePlan, newest
 from lakesync.stream.consumed import ConsumedMarks
@@ -58,7 +58,6 @@ from lakesync.stream.reduce import (
     ReducedBatch,
     ReducedTable,
     ReducePlan,
-    run_on_executors,
     run_records_on_executors,
 )
 from lakesync.stream.schema_changes import (
@@ -198,17 +197,15 @@ ReadBatch = Callable[["DataFrame", ReducePlan], ReducedBatch]
 
 
 class BatchApplier:
-    """The ``foreachBatch`` function: read, decode and reduce on the executors (``read_batch``), then one
-    versioned MERGE per table. ``read_from_handoffs``: the source may give a table's changes from before its
-    handoff (Spark's Kafka source, stream/kafka_reader.py), which are then left out by position."""
+    """The ``foreachBatch`` function: decode and reduce on the executors (``read_batch``), then one versioned
+    MERGE per table. Spark's Kafka source may give a table's changes from before its handoff (a topic new to
+    the checkpoint starts at its first record: stream/kafka_reader.py); they are left out by position."""
 
     def __init__(self, pipeline: Pipeline, tables: list[StreamedTable], app_id: str, read_batch: ReadBatch, *,
-                 watch_new_tables: bool = True, read_from_handoffs: bool = False,
-                 deferred: Sequence[str] = ()) -> None:
+                 watch_new_tables: bool = True, deferred: Sequence[str] = ()) -> None:
         self.pipeline = pipeline
         self.app_id = app_id
         self.read_batch = read_batch
-        self.read_from_handoffs = read_from_handoffs
         self.by_topic = {t.topic: t for t in tables}
         self.schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
         self.sinks = {t.name: _sink(pipeline, t) for t in tables}
@@ -264,7 +261,7 @@ class BatchApplier:
             batch = self.read_batch(batch_df, self.plan(stop_before, topics_read))
         handoffs = {t.name: t.handoff_key for t in self.by_topic.values()}
         batch.add_raw({name: user_schema(schema) for name, schema in self.schemas.items()}, stop_before,
-                      handoffs, handoffs if self.read_from_handoffs else {})
+                      handoffs, handoffs)
         self._record_skipped(batch, stop_before)
         self._apply(batch.tables, batch_id)
         for table_name, table_fills in fills.items():
@@ -348,7 +345,7 @@ class BatchApplier:
             schema_topic=self.schema_topic,
             stop_before=stop_before,
             handoffs=handoffs,
-            read_from=dict(handoffs) if self.read_from_handoffs else {},
+            read_from=dict(handoffs),
         )
         keys = {t.name: list(t.key_columns) for t in self.by_topic.values()
                 if t.name in live and t.semantics == "exactly_once" and t.key_columns}
@@ -540,13 +537,6 @@ class BatchApplier:
         self.summary.changes += count
 
 
-def source_options(pipeline: Pipeline, topics: list[str]) -> dict[str, str]:
-    """The ``lakesync-kafka`` options the stream reads ``topics`` with: the pipeline's client settings, and
-    ranges as output (the executors read each range themselves: :mod:`lakesync.stream.reduce`)."""
-    options = {f"kafka.{key}": value for key, value in kafka_client_config(pipeline).items()}
-    return {**options, "subscribe": ",".join(topics), "output": "ranges"}
-
-
 def run_stream(pipeline: Pipeline, *, once: bool = True, tables: list[str] | None = None, spark=None,
                timeout_seconds: float | None = None) -> StreamRunSummary:
     """Run the stream: ``once`` processes what is in Kafka now and returns (availableNow); otherwise it runs
@@ -585,17 +575,14 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
                ) -> BatchApplier:
     """One streaming query over the topics of the tables loaded now, until it ends (``once``), the deadline,
     or a table joined (the applier's ``joined``); returns its applier."""
-    from lakesync.kafka import spark_source as kafka_source
-
     selected = streamed_tables(pipeline, only=tables)
     client = kafka_client_config(pipeline)
     checkpoint = checkpoint_dir(pipeline)
-    reader = pipeline.stream.kafka_reader
     batch_written = partial(_batch_written, pipeline)
     read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
     new_topics = bool(read) and any(t.topic not in read for t in selected)
     deferred: list[str] = []
-    if new_topics and reader == "spark" and batch_in_flight_written(checkpoint, batch_written):
+    if new_topics and batch_in_flight_written(checkpoint, batch_written):
         # only this checkpoint can finish its batch in flight: the new tables join once it has (the query is
         # then started again with their topics, see BatchApplier.deferred)
         deferred = [t.name for t in selected if t.topic not in read]
@@ -603,17 +590,13 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
                     ", ".join(deferred))
         selected, new_topics = [t for t in selected if t.topic in read], False
         tables = [t.name for t in selected]  # as with --tables: no other table joins in this query
-    carried = prepare_checkpoint(checkpoint, reader, pipeline=pipeline.name, reads_new_topics=new_topics,
+    carried = prepare_checkpoint(checkpoint, pipeline=pipeline.name, reads_new_topics=new_topics,
                                  batch_written=batch_written)
     fresh = not has_committed_batch(checkpoint)
     app_id = f"lakesync-stream-{stream_id(checkpoint)}"
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = [*(t.topic for t in selected), schema_topic]
-    if reader == "spark":
-        options = spark_options.stream_options(client, topics)
-    else:
-        kafka_source.register(session)
-        options = source_options(pipeline, topics)
+    options = spark_options.stream_options(client, topics)
     if pipeline.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(pipeline.stream.max_offsets_per_trigger)
     starting = _handoff_offsets(pipeline, selected, checkpoint, fresh=fresh, carried=carried)
@@ -623,22 +606,16 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     if carried is not None:  # the old checkpoint's topics must be the ones its offsets were read from
         check_topic_identity(carried.old_checkpoint, ids, pipeline=pipeline.name, fresh=False)
     check_topic_identity(checkpoint, ids, pipeline=pipeline.name, fresh=fresh)
-    record_reader(checkpoint, reader)
+    record_reader(checkpoint)
     # a task per executor core at least: a table topic with one partition still decodes on every core
     options["minPartitions"] = str(session.sparkContext.defaultParallelism)
-    if reader == "spark":
-        read_batch: ReadBatch = run_records_on_executors
-        if pipeline.stream.decode == "spark_sql":
-            from lakesync.stream.sql_decode import run_records_in_sql
+    read_batch: ReadBatch = run_records_on_executors
+    if pipeline.stream.decode == "spark_sql":
+        from lakesync.stream.sql_decode import run_records_in_sql
 
-            read_batch = run_records_in_sql
-        source_format = "kafka"
-    else:
-        read_batch = partial(run_on_executors, source=KafkaSourceOptions.from_options(options))
-        source_format = kafka_source.SOURCE_NAME
-    applier = BatchApplier(pipeline, selected, app_id, read_batch, watch_new_tables=not tables,
-                           read_from_handoffs=reader == "spark", deferred=deferred)
-    writer = (session.readStream.format(source_format).options(**options).load()
+        read_batch = run_records_in_sql
+    applier = BatchApplier(pipeline, selected, app_id, read_batch, watch_new_tables=not tables, deferred=deferred)
+    writer = (session.readStream.format("kafka").options(**options).load()
               .writeStream.foreachBatch(applier).option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{pipeline.stream.trigger_seconds} seconds")
@@ -700,9 +677,9 @@ def _handoff_offsets(pipeline: Pipeline, selected: list[StreamedTable], checkpoi
     coverage is proven to reach back to each (:mod:`lakesync.stream.handoff`); the schema topic at the
     smallest. A stream resuming from its checkpoint: only the topics the checkpoint has no offsets for (a
     table that joined), at their handoff position; the rest resume where they were. Before resuming, the
-    records it would read next must still be in Kafka. A stream that changed readers (``carried``) is a new
-    checkpoint resuming the old one: each topic where the old one would have read next, and every partition
-    of each topic named, as Spark's Kafka source wants."""
+    records it would read next must still be in Kafka. A stream whose checkpoint was moved aside (``carried``,
+    stream/kafka_reader.py) is a new checkpoint resuming the old one: each topic where the old one would have
+    read next, and every partition of each topic named, as Spark's Kafka source wants."""
     from lakesync.kafka.offsets import offset_consumer
     from lakesync.relay import covered_range
 
@@ -754,10 +731,10 @@ def _batch_written(pipeline: Pipeline, checkpoint: Path, batch_id: int) -> bool:
 
 def _carried_offsets(pipeline: Pipeline, selected: list[StreamedTable], consumer: Consumer, carried: CarriedOffsets
                      ) -> dict[str, dict[str, int]]:
-    """The starting offsets of a stream that changed readers: the old checkpoint's next records (checked to
-    be still in Kafka), a table topic it never read at its table's handoff, any other partition (added
-    since, or of a schema topic created since) at its first record."""
-    from lakesync.kafka.offsets import list_partitions
+    """The starting offsets of a new checkpoint that carries an old one (stream/kafka_reader.py): the old
+    checkpoint's next records (checked to be still in Kafka), a table topic it never read at its table's
+    handoff, any other partition (added since, or of a schema topic created since) at its first record."""
+    from lakesync.kafka.offsets import EARLIEST, list_partitions
 
     schema_topic = pipeline.topic(SCHEMA_TOPIC_TABLE)
     topics = {t.topic: t.name for t in selected} | {schema_topic: "(schema changes)"}

@@ -1,12 +1,9 @@
-"""A micro-batch's work, done where the data is: read, decode and reduce on the executors, ship the reduced rows.
+"""A micro-batch's work, done where the data is: decode and reduce on the executors, ship the reduced rows.
 
-Two readers feed the same work (``stream.kafka_reader``). lakesync's Python Kafka source gives each
-micro-batch as its planned offset ranges only (``output=ranges``, :mod:`lakesync.kafka.spark_source`): one
-Spark task per range (:func:`read_and_reduce`) reads the range's messages from Kafka and runs
-:func:`reduce_partition` on them in the same Python process, so the raw records never travel through the JVM.
-Spark's own Kafka source (``spark``) reads the records in the JVM, one task per topic-partition range, and
-hands them to :func:`reduce_partition` as Arrow batches (``mapInArrow``, :func:`run_records_on_executors`).
-Either way the records are decoded column-wise
+Spark's Kafka source reads the records in the JVM, one task per topic-partition range. With
+``stream.decode: python`` (and for the records Spark SQL's decode leaves to Python, such as Debezium's:
+:mod:`lakesync.stream.sql_decode`) each task hands them to :func:`reduce_partition` as Arrow batches
+(``mapInArrow``, :func:`run_records_on_executors`). The records are decoded column-wise
 (:mod:`lakesync.stream.columnar_decode`) and each key-merged table is cut down to the newest change per
 key (by source position, :func:`lakesync.sink.changes.last_change_per_key`) as the batches arrive, so a
 task holds at most one row per key it has seen. A key's changes can be in several tasks (the stream cuts
@@ -28,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain
 from typing import cast
 
 import pyarrow as pa
@@ -37,8 +33,6 @@ import pyarrow.compute as pc
 from lakesync.core.errors import LakesyncError
 from lakesync.core.memory import release_free_memory
 from lakesync.events.envelope import H_POS, SchemaChangeEvent, record_position_key
-from lakesync.kafka.config import KafkaSourceOptions
-from lakesync.kafka.spark_source import KafkaInputPartition, ranges_of, read_range
 from lakesync.sink.changes import last_change_per_key
 from lakesync.stream.columnar_decode import DecodePlan, decode_records
 from lakesync.stream.decode import DecodedBatch, decode_batch, header_column
@@ -158,16 +152,6 @@ def reduce_partition(plan: ReducePlan, batches: Iterable[pa.RecordBatch]) -> Ite
         yield _NEWEST, topic, 0, key.encode()
 
 
-def read_and_reduce(plan: ReducePlan, source: KafkaSourceOptions, ranges: Iterable[KafkaInputPartition]
-                    ) -> Iterator[Chunk]:
-    """One Spark task: read its offset ranges from Kafka and reduce them (:func:`reduce_partition`), in this
-    Python process."""
-    batches = chain.from_iterable(read_range(source.client, part, poll_timeout_s=source.poll_timeout_s)
-                                  for part in ranges)
-    yield from reduce_partition(plan, batches)
-    release_free_memory()  # the worker idles while the driver MERGEs: don't hold the task's peak meanwhile
-
-
 @dataclass
 class ReducedTable:
     """What the driver commits for one table: the reduced rows, and how many changes they stand for."""
@@ -260,13 +244,3 @@ def run_records_on_executors(batch_df, plan: ReducePlan) -> ReducedBatch:
     executors, one task per topic-partition range; collect the result."""
     chunks = batch_df.select(*INPUT_COLUMNS).mapInArrow(partial(reduce_arrow, plan), CHUNK_SCHEMA).collect()
     return reduced_batch(((row.kind, row.name, row.changes, row.data) for row in chunks), plan.decode)
-
-
-def run_on_executors(batch_df, plan: ReducePlan, source: KafkaSourceOptions) -> ReducedBatch:
-    """Read, decode and reduce the offset ranges of ``batch_df`` (the Kafka source with ``output=ranges``) on
-    the executors, one task per range; collect the result."""
-    ranges = ranges_of(batch_df.collect())
-    if not ranges:
-        return ReducedBatch()
-    tasks = batch_df.sparkSession.sparkContext.parallelize(ranges, len(ranges))
-    return reduced_batch(tasks.mapPartitions(partial(read_and_reduce, plan, source)).collect(), plan.decode)
