@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "lakesync.cli.validate",
     "lakesync.cli.settle",
     "lakesync.cli.recover",
+    "lakesync.cli.upgrade",
     "lakesync.cli.jars",
 )
 

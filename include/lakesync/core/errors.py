@@ -20,7 +20,7 @@ class LakesyncError(Exception):
 
     ``hint`` is the "what to do" part, kept apart so the CLI and the Airflow view can show it on its own line.
 
-    Spark hands the driver an error raised in one of its Python workers (a data source's planning and reads,
+    Spark hands the driver an error raised in one of its Python workers (the decode's tasks on the executors,
     ``foreachBatch``) only as text: the worker's formatted traceback inside Spark's own exception. So every
     lakesync error carries a note (printed in tracebacks, not part of ``str()``) with its kind, message and
     hint as one JSON line, from which :func:`carried_error` rebuilds it on the driver, with no parsing of
