@@ -77,11 +77,17 @@ def test_both_kafka_conn_id_and_bootstrap_servers_is_refused(tmp_path, document)
     _refused(tmp_path, document, "kafka", "conn_id", "bootstrap_servers", "not both")
 
 
-@pytest.mark.parametrize("reader", ["lakesync", "spark"])
-def test_the_removed_kafka_reader_setting_is_refused_with_what_to_do(tmp_path, document, reader):
-    document["stream"] = {"kafka_reader": reader}
+def test_the_removed_python_kafka_reader_is_refused_with_what_to_do(tmp_path, document):
+    document["stream"] = {"kafka_reader": "lakesync"}
     error = _refused(tmp_path, document, "stream", "kafka_reader was removed", "Delete the line")
     assert "carried over" in str(error)
+
+
+def test_the_former_setting_naming_sparks_reader_still_loads_with_a_warning(tmp_path, document, caplog):
+    document["stream"] = {"kafka_reader": "spark", "decode": "python"}
+    write_pipeline(tmp_path / "pipelines", document)
+    assert load_pipeline(document["name"], tmp_path / "pipelines").stream.decode == "python"
+    assert "stream.kafka_reader is no longer a setting" in caplog.text
 
 
 def test_unset_environment_reference_is_refused(tmp_path, document, monkeypatch):

@@ -28,7 +28,7 @@ COMMAND_MODULES = (
     "lakesync.cli.validate",
     "lakesync.cli.settle",
     "lakesync.cli.recover",
-    "lakesync.cli.upgrade",
+    "lakesync.cli.enable_deletion_vectors",
     "lakesync.cli.jars",
 )
 
@@ -51,12 +51,12 @@ Typical flow: `lakesync dev up` (embedded stack), `lakesync snapshot --pipeline 
 
 
 def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
-    """The modules to register: only the named command's (each module is named after its command), so
-    that ``lakesync relay ...`` does not import what ``lakesync validate`` needs; all of them for the
-    top-level help or an unknown command (argparse then lists them)."""
+    """The modules to register: only the named command's (each module is named after its command, with ``_``
+    for ``-``), so that ``lakesync relay ...`` does not import what ``lakesync validate`` needs; all of them for
+    the top-level help or an unknown command (argparse then lists them)."""
     named = next((arg for arg in argv if not arg.startswith("-")), None)
     modules = all_command_modules()
-    chosen = tuple(m for m in modules if m.rsplit(".", 1)[1] == named)
+    chosen = tuple(m for m in modules if named and m.rsplit(".", 1)[1] == named.replace("-", "_"))
     return chosen or modules
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lakesync.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 PIPELINES_DIR_ENV = "LAKESYNC_PIPELINES_DIR"
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -174,13 +177,19 @@ class Stream(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _kafka_reader_was_removed(cls, data: object) -> object:
-        """``kafka_reader`` chose lakesync's former Python Kafka source: say what to do instead of 'unknown key'."""
-        if isinstance(data, dict) and "kafka_reader" in data:
-            raise ValueError(
-                "kafka_reader was removed: the stream always reads Kafka with Spark's Kafka source. Delete the "
-                "line; a checkpoint of lakesync's former reader is carried over at its committed offsets on the "
-                "next run (docs/operations.md, \"Upgrading from lakesync's Python Kafka reader\")")
-        return data
+        """``kafka_reader`` chose between Spark's Kafka source and lakesync's former Python one, now removed.
+        ``spark`` is what the stream does anyway: dropped with a warning (refusing it would stop every
+        pipeline's DAGs from loading after an upgrade); ``lakesync`` is refused with what to do."""
+        if not isinstance(data, dict) or "kafka_reader" not in data:
+            return data
+        if data["kafka_reader"] == "spark":
+            log.warning("stream.kafka_reader is no longer a setting (the stream always reads with Spark's Kafka "
+                        "source): delete the line")
+            return {key: value for key, value in data.items() if key != "kafka_reader"}
+        raise ValueError(
+            "kafka_reader was removed: the stream always reads Kafka with Spark's Kafka source. Delete the "
+            "line; a checkpoint of lakesync's former reader is carried over at its committed offsets on the "
+            "next run (docs/operations.md, \"Upgrading from lakesync's Python Kafka reader\")")
 
 
 class Relay(_Strict):

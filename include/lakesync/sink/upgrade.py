@@ -1,4 +1,5 @@
-"""Moving a pipeline's Delta tables over to delta-spark before its first delta-spark write (``lakesync upgrade``).
+"""Moving a pipeline's Delta tables over to delta-spark before its first delta-spark write
+(``lakesync enable-deletion-vectors``).
 
 With ``delta.writer: delta_spark`` the first write delta-spark makes to a table makes the table writable first
 (:func:`lakesync.sink.spark_writes.make_writable`): the writer features delta-rs left out of the protocol are
@@ -16,9 +17,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from lakesync.core.errors import LakesyncError
-from lakesync.sink.spark_writes import DELETION_VECTORS, make_writable, missing_writer_features, refused_names
+from lakesync.sink.spark_writes import (
+    DELETION_VECTORS,
+    delta_conflicts,
+    make_writable,
+    missing_writer_features,
+    refused_names,
+)
+from lakesync.sink.writer import commit_with_retry
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,21 +49,18 @@ class TableUpgrade:
     #: set by :func:`upgrade_table`: the error that stopped this table, if one did
     error: str | None = None
     upgraded: bool = False
+    #: set by :func:`upgrade_table` when it failed after changing the table (the features were added, say)
+    changed_before_error: bool = False
 
     @property
     def steps(self) -> list[str]:
         """What :func:`upgrade_table` would do, in order; empty when there is nothing to do or it can't."""
-        if not self.exists or self.refused:
+        if not self.exists or self.refused or self.error is not None:
             return []
         steps = [f"add the writer features {', '.join(self.missing_features)}"] if self.missing_features else []
         if not self.deletion_vectors:
             steps.append("switch deletion vectors on (protocol reader 3 / writer 7; can't be undone)")
         return steps
-
-    @property
-    def blocked(self) -> bool:
-        """Whether this table can't be written by delta-spark (or its upgrade failed)."""
-        return bool(self.refused) or self.error is not None
 
 
 def inspect_table(name: str, uri: str, storage_options: dict[str, str] | None) -> TableUpgrade:
@@ -74,15 +80,39 @@ def inspect_table(name: str, uri: str, storage_options: dict[str, str] | None) -
 
 def upgrade_table(plan: TableUpgrade, session: SparkSession, storage_options: dict[str, str] | None
                   ) -> TableUpgrade:
-    """Make the table writable by delta-spark, as its first delta-spark write would; returns its state after
-    (with ``error`` set, and the table as it was, when that failed). A table with nothing to do is left alone."""
+    """Make the table writable by delta-spark, as its first delta-spark write would (the features by delta-rs,
+    deletion vectors by a delta-spark commit), retrying a lost commit race; returns its state after. When it
+    fails, the returned state says why (``error``) and whether the table had changed already (it is read
+    again). A table with nothing to do is left alone."""
     if not plan.steps:
         return plan
-    try:
+
+    def attempt(number: int) -> None:
         make_writable(DeltaTable(plan.uri, storage_options=storage_options), plan.uri, session)
-    except LakesyncError as exc:
-        plan.error = exc.message
-        return plan
-    after = inspect_table(plan.table, plan.uri, storage_options)
-    after.upgraded = True
+
+    try:
+        commit_with_retry(attempt, what="making the table writable by delta-spark", table_uri=plan.uri,
+                          conflicts=(CommitFailedError, *delta_conflicts()))
+    except Exception as exc:  # reported per table: the other tables are still upgraded
+        error = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+        after = read_table_state(plan.table, plan.uri, storage_options)
+        if after.error is not None:  # the table can't even be read now: its state is not known
+            plan.error = f"{error} (and reading it again failed: {after.error})"
+            return plan
+        after.error = error
+        after.changed_before_error = (after.reader_version, after.writer_version, after.missing_features) != (
+            plan.reader_version, plan.writer_version, plan.missing_features)
+        return after
+    after = read_table_state(plan.table, plan.uri, storage_options)
+    after.upgraded = after.error is None
     return after
+
+
+def read_table_state(name: str, uri: str, storage_options: dict[str, str] | None) -> TableUpgrade:
+    """:func:`inspect_table`, with a table that can't be read (credentials, a damaged log) reported in
+    ``error`` instead of raised, so that one table does not stop the others."""
+    try:
+        return inspect_table(name, uri, storage_options)
+    except Exception as exc:
+        message = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+        return TableUpgrade(name, uri, exists=True, error=f"can't read the table: {message}")

@@ -46,8 +46,10 @@ from lakesync.stream.data_loss import check_nothing_deleted
 from lakesync.stream.decode import DecodedBatch, user_schema
 from lakesync.stream.handoff import check_handoff_coverage, starting_offsets
 from lakesync.stream.kafka_reader import (
+    SPARK_READER,
     CarriedOffsets,
     batch_in_flight_written,
+    checkpoint_reader,
     prepare_checkpoint,
     record_reader,
 )
@@ -582,7 +584,8 @@ def _run_query(pipeline: Pipeline, session, *, once: bool, tables: list[str] | N
     read = {topic for topic, _ in committed_offsets(checkpoint) or {}}
     new_topics = bool(read) and any(t.topic not in read for t in selected)
     deferred: list[str] = []
-    if new_topics and batch_in_flight_written(checkpoint, batch_written):
+    spark_checkpoint = checkpoint_reader(checkpoint) == SPARK_READER  # a former reader's: moved aside below
+    if new_topics and spark_checkpoint and batch_in_flight_written(checkpoint, batch_written):
         # only this checkpoint can finish its batch in flight: the new tables join once it has (the query is
         # then started again with their topics, see BatchApplier.deferred)
         deferred = [t.name for t in selected if t.topic not in read]

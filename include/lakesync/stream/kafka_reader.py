@@ -88,8 +88,9 @@ def prepare_checkpoint(checkpoint: Path, *, pipeline: str, reads_new_topics: boo
         _move_aside(checkpoint, pipeline=pipeline, batch_written=batch_written,
                     why=f"the checkpoint is the {written_by!r} reader's (lakesync's former Python Kafka reader, "
                         "removed), the stream reads with Spark's Kafka source",
-                    finish_hint="run the stream once with the lakesync release you upgraded from: it finishes "
-                                "the batch; then upgrade again")
+                    finish_hint="run the stream once with the lakesync release you upgraded from (with "
+                                "stream.kafka_reader: lakesync back in the pipeline file if that release had the "
+                                "setting): it finishes the batch; then upgrade again")
     elif written_by == SPARK_READER and reads_new_topics:
         _move_aside(checkpoint, pipeline=pipeline, batch_written=batch_written,
                     why="the stream reads topics its checkpoint never read (Spark's Kafka source would start "

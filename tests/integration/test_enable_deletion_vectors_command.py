@@ -1,6 +1,6 @@
-"""``lakesync upgrade``: a dry run changes nothing; ``--yes`` makes delta-rs tables writable by delta-spark
-(deletion vectors on, the writer features delta-rs left out added), refuses a table delta-spark can't write
-without stopping the others, and a second run has nothing to do.
+"""``lakesync enable-deletion-vectors``: a dry run changes nothing; ``--yes`` makes delta-rs tables writable by
+delta-spark (the writer features delta-rs left out added, deletion vectors on), refuses a table delta-spark
+can't write without stopping the tables after it, and a second run has nothing to do.
 
 Verdicts come from the tables' raw ``_delta_log`` (read here) and the oracle's own Delta reader
 (tests/oracle.py), with the expected rows written by this test.
@@ -8,6 +8,7 @@ Verdicts come from the tables' raw ``_delta_log`` (read here) and the oracle's o
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,13 @@ ROWS = 300
 
 
 def _loaded(uri: str, columns: list[str]) -> None:
-    """A table as the full load writes it with delta-rs: a NOT NULL key, and ``columns`` as strings."""
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), *[(name, pa.string()) for name in columns]])
-    batch = pa.record_batch([pa.array(range(ROWS), pa.int64()), *[pa.array([f"v{i}" for i in range(ROWS)])
-                                                                   for _ in columns]], schema=schema)
+    """A table as the full load writes it with delta-rs: a NOT NULL key, a DATETIME column (delta-rs then writes
+    writer version 7 without the ``invariants`` feature the NOT NULL key needs: delta-io/delta-rs#2957), and
+    ``columns`` as strings."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("at", pa.timestamp("us")),
+                        *[(name, pa.string()) for name in columns]])
+    batch = pa.record_batch([pa.array(range(ROWS), pa.int64()), pa.array([dt.datetime(2026, 1, 1)] * ROWS),
+                             *[pa.array([f"v{i}" for i in range(ROWS)]) for _ in columns]], schema=schema)
     DeltaSink(uri, key_columns=["id"]).write_snapshot([batch], schema=schema,
                                                       position=SourcePosition("binlog.000001", 4), snapshot_ts_ms=1)
 
@@ -46,11 +50,12 @@ def _latest(uri: str, kind: str) -> dict[str, Any]:
 
 
 def _upgrade(folder: Path, *extra: str) -> int:
-    return main(["upgrade", "--pipeline", "up", "--pipelines-dir", str(folder / "pipelines"),
-                 "--tables", "accounts,odd,absent", *extra])
+    # the refused table first: the tables after it are still upgraded
+    return main(["enable-deletion-vectors", "--pipeline", "up", "--pipelines-dir", str(folder / "pipelines"),
+                 "--tables", "odd,accounts,absent", *extra])
 
 
-def test_upgrade_shows_then_switches_deletion_vectors_on_and_refuses_only_the_table_it_cant_write(
+def test_it_shows_then_switches_deletion_vectors_on_and_refuses_only_the_table_it_cant_write(
         tmp_path, spark, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # the report's cells on one line each
     write_pipeline(tmp_path / "pipelines", base_document("up", "shop", tmp_path))
@@ -58,11 +63,14 @@ def test_upgrade_shows_then_switches_deletion_vectors_on_and_refuses_only_the_ta
     _loaded(accounts, ["name"])
     _loaded(odd, ["first name"])  # a space: delta-spark takes it only under column mapping
     accounts_log, odd_log = _log(accounts), _log(odd)
-    assert _latest(accounts, "protocol")["minReaderVersion"] < 3  # the state this test is about
+    before = _latest(accounts, "protocol")  # the state this test is about
+    assert "deletionVectors" not in before.get("readerFeatures", []) and \
+        "invariants" not in before.get("writerFeatures", [])
 
     assert _upgrade(tmp_path) == 2  # the dry run: `odd` can't be upgraded
     shown = capsys.readouterr()
-    assert "switch deletion vectors on" in shown.out and "run again with --yes" in shown.out
+    assert "add the writer features invariants" in shown.out and "switch deletion vectors on" in shown.out
+    assert "run again with --yes" in shown.out
     assert "first name" in shown.err and "no Delta table yet" in shown.out
     assert _log(accounts) == accounts_log and _log(odd) == odd_log  # nothing changed
 
@@ -88,6 +96,6 @@ def test_upgrade_shows_then_switches_deletion_vectors_on_and_refuses_only_the_ta
 
 def _run_json(folder: Path, capsys) -> str:
     capsys.readouterr()
-    assert main(["upgrade", "--pipeline", "up", "--pipelines-dir", str(folder / "pipelines"), "--tables",
+    assert main(["enable-deletion-vectors", "--pipeline", "up", "--pipelines-dir", str(folder / "pipelines"), "--tables",
                  "accounts", "--json"]) == 0
     return capsys.readouterr().out
