@@ -235,7 +235,7 @@ class MaintenanceOperator(BaseOperator):
 
         from lakesync.full_load.state import LoadState
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
-        from lakesync.source.schema import list_tables
+        from lakesync.source.schema import selected_tables
 
         hook = LakesyncHook(self.pipeline)
         pipeline = hook.pipeline
@@ -244,7 +244,7 @@ class MaintenanceOperator(BaseOperator):
         # The tables are named by the source, not by listing the Delta root: an object store has no folders
         # to list cheaply, and the same code then serves local and s3:// roots alike.
         with hook.source_connection() as conn:
-            names = [t for t in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(t)]
+            names = selected_tables(conn, pipeline)
         reports = []
         failed: dict[str, LakesyncError] = {}
         loaded = LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables

@@ -58,10 +58,10 @@ def _table_names(pipeline: Pipeline, tables: list[str] | None) -> list[str]:
                               hint="name tables the pipeline streams or settles (its tables: include/exclude)")
         return tables
     from lakesync.core.connections import mysql_connection
-    from lakesync.source.schema import list_tables
+    from lakesync.source.schema import selected_tables
 
     with mysql_connection(pipeline).connect(conn_id=pipeline.source.conn_id) as conn:
-        return [name for name in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(name)]
+        return selected_tables(conn, pipeline)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ from lakesync.core.errors import SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
+from lakesync.sink.writer import delta_arrow_schema
 from lakesync.spark.storage import hadoop_s3a_conf, spark_path
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def missing_writer_features(table: DeltaTable) -> list[str]:
     if protocol.min_writer_version < 7:
         return []
     listed = set(protocol.writer_features or [])
-    schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
+    schema = delta_arrow_schema(table)
     conf = table.metadata().configuration
     return [name for name, in_use in _FEATURE_IN_USE.items() if name not in listed and in_use(schema, conf)]
 
@@ -182,8 +183,7 @@ def run_on_delta_spark(work: Callable[[], T], what: str, table_uri: str, *, hint
 def make_writable(table: DeltaTable, table_uri: str, session: SparkSession) -> None:
     """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
     deletion vectors on (module docstring); before delta-spark writes anything to the table."""
-    schema = pa.schema(table.schema().to_arrow())  # type: ignore[arg-type]
-    refused = refused_names(schema)
+    refused = refused_names(delta_arrow_schema(table))
     if refused:
         raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, "
                         f"a space or one of ,;{{}}()= ({refused}); nothing was written",

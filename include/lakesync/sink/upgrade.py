@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
@@ -27,7 +26,7 @@ from lakesync.sink.spark_writes import (
     missing_writer_features,
     refused_names,
 )
-from lakesync.sink.writer import commit_with_retry
+from lakesync.sink.writer import commit_with_retry, delta_arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,7 +73,7 @@ def inspect_table(name: str, uri: str, storage_options: dict[str, str] | None) -
         reader_version=protocol.min_reader_version, writer_version=protocol.min_writer_version,
         deletion_vectors=table.metadata().configuration.get(DELETION_VECTORS) == "true",
         missing_features=missing_writer_features(table),
-        refused=refused_names(pa.schema(table.schema().to_arrow())),  # type: ignore[arg-type]
+        refused=refused_names(delta_arrow_schema(table)),
     )
 
 
@@ -94,7 +93,7 @@ def upgrade_table(plan: TableUpgrade, session: SparkSession, storage_options: di
         commit_with_retry(attempt, what="making the table writable by delta-spark", table_uri=plan.uri,
                           conflicts=(CommitFailedError, *delta_conflicts()))
     except Exception as exc:  # reported per table: the other tables are still upgraded
-        error = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
+        error = _described(exc)
         after = read_table_state(plan.table, plan.uri, storage_options)
         if after.error is not None:  # the table can't even be read now: its state is not known
             plan.error = f"{error} (and reading it again failed: {after.error})"
@@ -114,5 +113,9 @@ def read_table_state(name: str, uri: str, storage_options: dict[str, str] | None
     try:
         return inspect_table(name, uri, storage_options)
     except Exception as exc:
-        message = exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"
-        return TableUpgrade(name, uri, exists=True, error=f"can't read the table: {message}")
+        return TableUpgrade(name, uri, exists=True, error=f"can't read the table: {_described(exc)}")
+
+
+def _described(exc: Exception) -> str:
+    """A lakesync error's message, or any other error with its type (a delta-rs or Spark error)."""
+    return exc.message if isinstance(exc, LakesyncError) else f"{type(exc).__name__}: {exc}"

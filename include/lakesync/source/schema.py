@@ -16,13 +16,16 @@ need the same columns' nullability and the server's index order, which the one q
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 import pymysql.cursors
 
 from lakesync.core.errors import SourceError
 from lakesync.core.types import ColumnSpec
+
+if TYPE_CHECKING:
+    from lakesync.core.config import Pipeline
 
 _COLUMNS_SQL = """
 SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME
@@ -109,3 +112,8 @@ def read_key_columns(conn: pymysql.connections.Connection, database: str, table:
 def list_tables(conn: pymysql.connections.Connection, database: str) -> list[str]:
     """The database's base tables (no views, no sequences), by name."""
     return [_text(name) for (name,) in _fetch(conn, _TABLES_SQL, (database,))]
+
+
+def selected_tables(conn: pymysql.connections.Connection, pipeline: Pipeline) -> list[str]:
+    """The base tables of the pipeline's source database that the pipeline selects (``tables:``)."""
+    return [name for name in list_tables(conn, pipeline.source.database) if pipeline.tables.selects(name)]

@@ -231,7 +231,7 @@ def validate_pipeline(pipeline: Pipeline, *, tables: Sequence[str] | None = None
     (see :class:`~lakesync.validation.source_reader.SourceSide`).
     """
     from lakesync.core.connections import mysql_connection
-    from lakesync.source.schema import list_tables
+    from lakesync.source.schema import selected_tables
     from lakesync.source.snapshot import connect
 
     connection = mysql_connection(pipeline)
@@ -240,7 +240,7 @@ def validate_pipeline(pipeline: Pipeline, *, tables: Sequence[str] | None = None
     if tables is None:
         conn = connect(connection, database=database)
         try:
-            tables = [t for t in list_tables(conn, database) if pipeline.tables.selects(t)]
+            tables = selected_tables(conn, pipeline)
         finally:
             conn.close()
     ctx = _Context(pipeline, max(1, rounds), settle_timeout_s,
