@@ -19,6 +19,7 @@ def fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     monkeypatch.setenv("LAKESYNC_JARS_DIR", str(tmp_path / "jars"))
     monkeypatch.setattr(class_archive, "ensure_jars", lambda name, offline: [Path("/jars/a.jar")])
+    monkeypatch.setattr(class_archive, "archive_folder", lambda: tmp_path / "venv-share")
     return java
 
 

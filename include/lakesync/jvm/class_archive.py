@@ -9,8 +9,8 @@ instead of 9-16 s (docs/operations.md, "Faster Spark starts").
 The archive is built once (``lakesync jars warm-start``, run by the setup) by a small Spark job that touches
 what lakesync's jobs touch, and then used by every driver this machine starts: :func:`driver_java_options`
 gives the option, :mod:`lakesync.spark.session` passes it. It is valid only for the JVM, Spark and jars it
-was built with, so its file name carries a digest of them and a change simply goes back to a normal start
-until it is built again. The JVM's own messages about a refused archive are silenced: it then starts as usual.
+was built with, so its file name carries a digest of them (this virtualenv's Spark included: the archive lives
+in the virtualenv) and a change simply goes back to a normal start until it is built again. The JVM's own messages about a refused archive are silenced: it then starts as usual.
 
 Why a separate build step and not ``-XX:+AutoCreateSharedArchive``: that flag needs Java 19; and a half-written
 archive makes the JVM abort, so the archive is written under a temporary name and renamed once complete.
@@ -28,8 +28,10 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+import pyspark
+
 from lakesync.core.errors import LakesyncError
-from lakesync.jvm.fetch import cache_dir, ensure_jars
+from lakesync.jvm.fetch import ensure_jars
 
 #: Set to 0 to start Spark without the archive (to compare, or to rule it out while diagnosing a JVM).
 ENABLED_ENV = "LAKESYNC_SPARK_CLASS_ARCHIVE"
@@ -61,6 +63,12 @@ def _java() -> Path | None:
     return Path(found).resolve() if found and Path(found).exists() else None
 
 
+def archive_folder() -> Path:
+    """The virtualenv's own folder for the archive: it belongs to this environment's Spark (the JVM checks the
+    classpath, which names this environment's ``pyspark/jars``), and goes away with it."""
+    return Path(sys.prefix) / "share" / "lakesync"
+
+
 def archive_file() -> Path | None:
     """Where the archive for this JVM, this Spark and these jars lives (None without a java binary)."""
     java = _java()
@@ -68,8 +76,9 @@ def archive_file() -> Path | None:
         return None
     stat = java.stat()
     jars = "\n".join(sorted(str(path) for path in ensure_jars("spark", offline=True)))
-    identity = f"{java}|{stat.st_size}|{stat.st_mtime_ns}|pyspark {version('pyspark')}|{jars}"
-    return cache_dir() / "class-archive" / f"spark-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
+    spark_home = Path(pyspark.__file__).resolve().parent
+    identity = f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{spark_home} {version('pyspark')}|{jars}"
+    return archive_folder() / f"spark-class-archive-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
 
 
 def driver_java_options() -> str | None:
@@ -85,7 +94,7 @@ def driver_java_options() -> str | None:
 
 def build_archive(*, force: bool = False) -> tuple[Path, float]:
     """Build the archive by running :data:`_WORKLOAD` under ``spark-submit``; returns its path and the seconds it
-    took (0 when it already existed). Archives of other JVMs or jar sets in the folder are removed."""
+    took (0 when it already existed). This environment's archives of other JVMs or jar sets are removed."""
     target = archive_file()
     if target is None:
         raise LakesyncError("no java binary found (JAVA_HOME or the PATH)", hint="install a Java 17 runtime")
@@ -110,7 +119,7 @@ def build_archive(*, force: bool = False) -> tuple[Path, float]:
         raise LakesyncError(f"building the class archive failed (exit {done.returncode}): {done.stderr[-1500:]}",
                             hint="Spark still starts without it; `lakesync jars warm-start` tries again")
     partial.replace(target)  # whole or not at all: a truncated archive makes the JVM abort
-    for stale in target.parent.glob("spark-*.jsa"):
+    for stale in target.parent.glob("spark-class-archive-*.jsa"):
         if stale != target:
             stale.unlink(missing_ok=True)
     return target, time.monotonic() - started
