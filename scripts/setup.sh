@@ -45,6 +45,3 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devkit/pyproject.to
 fi
 # The JVM jars, checked against their pinned SHA-256 (retried on network errors; present ones are kept).
 .venv/bin/lakesync jars fetch
-# The class archive that makes each local Spark start a few seconds faster (about a minute, once; Spark
-# starts without it if this fails, so a failure is only a warning).
-.venv/bin/lakesync jars warm-start || echo "warning: the Spark class archive was not built; Spark starts without it"

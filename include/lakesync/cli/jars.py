@@ -19,9 +19,6 @@ offline. Nothing reads or writes ~/.m2 or ~/.ivy2.
   lakesync jars list spark       the cached paths (a classpath with --classpath)
   lakesync jars packages         the --packages coordinates for your own Spark cluster, and an ivySettings
                                  file that resolves from Maven Central only (see docs/deployment.md)
-  lakesync jars warm-start       build the class archive that makes each Spark start on this machine a few
-                                 seconds faster (about a minute, once; the setup runs it). It is used
-                                 until Java, Spark or the jars change; LAKESYNC_SPARK_CLASS_ARCHIVE=0 skips it
 """
 
 
@@ -64,19 +61,6 @@ def _packages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_start(args: argparse.Namespace) -> int:
-    from lakesync.jvm.class_archive import archive_file, build_archive
-
-    existing = archive_file()
-    if existing is not None and existing.is_file() and not args.force:
-        print(f"class archive: {existing} ({existing.stat().st_size / 1e6:.0f} MB), already built")
-        return 0
-    print("building the class archive of Spark's driver (about a minute, once) ...", flush=True)
-    path, seconds = build_archive(force=True)
-    print(f"class archive: {path} ({path.stat().st_size / 1e6:.0f} MB), built in {seconds:.0f}s")
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("jars", help="the pinned JVM jars: fetch, list, --packages for a cluster",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,6 +76,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     packages.add_argument("--ivy-settings", metavar="FILE",
                           help="also write an ivySettings file that resolves from Maven Central only")
     packages.set_defaults(func=_packages)
-    warm = actions.add_parser("warm-start", help="build the class archive that makes local Spark starts faster")
-    warm.add_argument("--force", action="store_true", help="build it again even if it is there")
-    warm.set_defaults(func=_warm_start)

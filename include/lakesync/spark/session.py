@@ -23,7 +23,6 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from lakesync.core.errors import LakesyncError
-from lakesync.jvm.class_archive import driver_java_options
 from lakesync.jvm.fetch import ensure_jars
 
 
@@ -65,25 +64,15 @@ def spark_jars() -> list[str]:
     return [str(path) for path in ensure_jars("spark")]
 
 
-def _class_archive_conf() -> dict[str, str]:
-    """The driver option that maps Spark's classes from lakesync's class archive, once it is built
-    (:mod:`lakesync.jvm.class_archive`: a start seconds faster). Only the driver: it runs on this machine,
-    where the archive is; a cluster's executors start as usual."""
-    options = driver_java_options()
-    return {"spark.driver.extraJavaOptions": options} if options else {}
-
-
-def submit_conf(*, archive: bool = True) -> dict[str, str]:
+def submit_conf() -> dict[str, str]:
     """The settings a ``spark-submit`` of a lakesync app needs at launch: the jars and Delta's extension
-    (they can't be added to a running JVM), then lakesync's defaults and, with ``archive``, the class archive
-    (a caller's own ``spark.driver.extraJavaOptions`` replaces it)."""
-    return {"spark.jars": ",".join(spark_jars()), **DELTA_CONF, **SPARK_DEFAULTS,
-            **(_class_archive_conf() if archive else {})}
+    (they can't be added to a running JVM), then lakesync's defaults."""
+    return {"spark.jars": ",".join(spark_jars()), **DELTA_CONF, **SPARK_DEFAULTS}
 
 
-def submit_args(*, archive: bool = True) -> list[str]:
+def submit_args() -> list[str]:
     """:func:`submit_conf` as ``spark-submit`` arguments (``--conf key=value`` pairs)."""
-    return [part for key, value in submit_conf(archive=archive).items() for part in ("--conf", f"{key}={value}")]
+    return [part for key, value in submit_conf().items() for part in ("--conf", f"{key}={value}")]
 
 
 def build_spark_session(app_name: str, *, master: str | None = None, extra_conf: dict[str, str] | None = None
@@ -102,8 +91,6 @@ def build_spark_session(app_name: str, *, master: str | None = None, extra_conf:
     if master or "spark.master" not in launcher:
         builder = builder.master(master or os.environ.get("LAKESYNC_SPARK_MASTER", "local[2]"))
     defaults = {**SPARK_DEFAULTS, **DELTA_CONF, "spark.jars": ",".join(spark_jars())}
-    if not launcher and SparkContext._gateway is None:  # this call starts the driver's JVM
-        defaults.update(_class_archive_conf())
     settings = {key: value for key, value in defaults.items() if key not in launcher}
     for key, value in {**settings, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
