@@ -61,6 +61,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
                                     f"{budget if budget is not None else '-':>5}s   {verdict}")
     terminalreporter.write_line(f"{'all':<12} {sum(_tests.values()):>5} tests {sum(_seconds.values()):>8.0f}s   "
                                 f"budget {sum(TIER_BUDGET_S.values()):>5}s")
+    if over and os.environ.get(ENFORCE_ENV) == "enforce":
+        terminalreporter.write_line(f"{ENFORCE_ENV}=enforce: the run fails because {', '.join(over)} went over budget")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
