@@ -70,6 +70,13 @@ def test_the_stream_reads_exactly_its_topics_by_pattern_with_headers_and_fails_o
     assert options["kafka.isolation.level"] == "read_committed" and "subscribe" not in options
 
 
+def test_the_stream_fetches_4_mib_per_partition_read_unless_the_pipeline_sets_its_own() -> None:
+    default = stream_options({"bootstrap.servers": "b:9092"}, ["p.db.t"])
+    assert default["kafka.max.partition.fetch.bytes"] == str(4 * 2**20)
+    own = stream_options({"bootstrap.servers": "b:9092", "max.partition.fetch.bytes": "1048576"}, ["p.db.t"])
+    assert own["kafka.max.partition.fetch.bytes"] == "1048576"
+
+
 def test_librdkafkas_none_host_name_check_is_the_java_clients_empty_string() -> None:
     assert java_client_settings({"bootstrap.servers": "b", "ssl.endpoint.identification.algorithm": "none"})[
         "ssl.endpoint.identification.algorithm"] == ""

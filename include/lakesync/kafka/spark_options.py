@@ -4,7 +4,7 @@ A pipeline's Kafka settings are librdkafka's (the relay and every confluent-kafk
 source runs the Java client, whose settings are named differently for the same things. This module turns
 the first into the second (``kafka.``-prefixed, as Spark wants them):
 
-* ``bootstrap.servers``, ``security.protocol``, ``client.id``: the same names;
+* ``bootstrap.servers``, ``security.protocol``, ``client.id``, ``max.partition.fetch.bytes``: the same names;
   ``ssl.endpoint.identification.algorithm`` too, but librdkafka's ``none`` is the Java client's ``""``;
 * ``sasl.mechanism(s)`` -> ``sasl.mechanism``; ``sasl.username`` + ``sasl.password`` -> ``sasl.jaas.config``
   (PLAIN or SCRAM's login module);
@@ -26,7 +26,13 @@ from pathlib import Path
 from lakesync.core.errors import ConfigError
 
 #: librdkafka settings with the same name and meaning in the Java client.
-_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.key.password", "sasl.kerberos.service.name")
+_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.key.password", "sasl.kerberos.service.name",
+         "max.partition.fetch.bytes")
+#: The most a read of one partition fetches per request (the Java client's default is 1 MiB). The stream reads
+#: a backlog in large batches: 4 MiB read a topic of 100,000 relay events (about 60 MB) 40 % faster here (0.73 s
+#: instead of 1.22 s, median of 6, docs/stream.md); a task holds one such buffer. The pipeline's
+#: ``kafka.settings`` ``max.partition.fetch.bytes`` (the same name in librdkafka) wins.
+STREAM_FETCH_BYTES = 4 * 2**20
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -85,12 +91,13 @@ def client_options(client: Mapping[str, str]) -> dict[str, str]:
 
 def stream_options(client: Mapping[str, str], topics: list[str]) -> dict[str, str]:
     """The stream's query options: the committed records of ``topics`` with their headers (lakesync's events
-    carry their position and format there); a gap in a topic fails the query instead of being skipped.
+    carry their position and format there); a gap in a topic fails the query instead of being skipped; each
+    partition read fetches up to :data:`STREAM_FETCH_BYTES` per request unless the client settings say otherwise.
 
     The topics are given as a pattern that matches exactly them, not as ``subscribe``: Spark's source fails
     a query that subscribes to a topic that does not exist yet (its admin client describes each one), and a
     table's topic is created by the relay at the table's first change. A topic that appears later is read
     from its first record, as lakesync's source does."""
     pattern = "^(" + "|".join(re.escape(topic) for topic in topics) + ")$"
-    return {**client_options(client), "subscribePattern": pattern, "includeHeaders": "true",
-            "failOnDataLoss": "true"}
+    return {"kafka.max.partition.fetch.bytes": str(STREAM_FETCH_BYTES), **client_options(client),
+            "subscribePattern": pattern, "includeHeaders": "true", "failOnDataLoss": "true"}
