@@ -180,6 +180,8 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
                  for line in path.read_text().splitlines() if '"commitInfo"' in line]
         by_spark = [i for i in infos if "Delta-Lake" in i.get("engineInfo", "") and i["operation"] in ("MERGE", "WRITE")]
         assert bool(by_spark) == (writer == "delta_spark"), (table, [i["operation"] for i in infos])
+        if writer == "delta_spark":  # the load and every batch: no commit of delta-rs's
+            assert all("Delta-Lake" in i.get("engineInfo", "") for i in infos), (table, infos)
 
 
 # -- the handoff ------------------------------------------------------------------------------------------------

@@ -341,7 +341,8 @@ class FullLoad:
 
     def _commit_parts(self, name: str, shape: TableShape, parts: Sequence[ChunkDone], position: SourcePosition,
                       *, mode: str) -> int:
-        """All of a table's files in one Delta commit that replaces whatever the table held.
+        """All of a table's files in one Delta commit that replaces whatever the table held: committed as they
+        are by delta-rs, or rewritten by Spark in one delta-spark commit (:mod:`lakesync.sink.spark_load`).
 
         The commit carries the sink's snapshot app transaction (``snapshot_transaction(P)``), from which the
         stream's MERGE drops changes at or before P up front; afterwards the table's tombstones are cleared,
@@ -349,10 +350,31 @@ class FullLoad:
         """
         uri = self.pipeline.delta.table_uri(name)
         now_ms = int(time.time() * 1000)
+        storage_options = self.pipeline.delta.storage_options or None
+        arrow_schema = with_lakesync_columns(shape.arrow_schema())
+        if self.pipeline.delta.writer == "delta_spark":
+            from lakesync.sink.spark_load import commit_load_on_delta_spark
+
+            version = commit_load_on_delta_spark(
+                uri, arrow_schema, [part.path for part in parts], position, ts_ms=now_ms, table=name, mode=mode,
+                properties=TABLE_PROPERTIES, storage_options=storage_options)
+        else:
+            version = self._commit_parts_on_delta_rs(name, uri, arrow_schema, parts, position, mode=mode,
+                                                     now_ms=now_ms)
+        semantics = table_semantics(self.pipeline.tables.settings_for(name).semantics, shape.has_key)
+        DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
+                  storage_options=storage_options).tombstones.clear()
+        # The stream merges by this key; the state file is where it reads it (delta-rs refuses custom properties).
+        self.state.table(name).key_columns = list(shape.key_columns) if shape.has_key else []
+        return version
+
+    def _commit_parts_on_delta_rs(self, name: str, uri: str, arrow_schema: pa.Schema, parts: Sequence[ChunkDone],
+                                  position: SourcePosition, *, mode: str, now_ms: int) -> int:
+        """The load's own files committed as they are, by delta-rs (``delta.writer: delta_rs``)."""
         actions = [AddAction(part.path, part.size, {}, now_ms, True, part.stats) for part in parts]
         storage_options = self.pipeline.delta.storage_options or None
         commit = snapshot_commit(position, ts_ms=now_ms, table=name, mode=mode)
-        schema = Schema.from_arrow(with_lakesync_columns(shape.arrow_schema()))
+        schema = Schema.from_arrow(arrow_schema)
 
         def step(attempt: int) -> int:
             if (landed := _holding_exactly(uri, {part.path for part in parts}, storage_options)) is not None:
@@ -364,18 +386,12 @@ class FullLoad:
             return DeltaTable(uri, storage_options=storage_options).version()
 
         try:
-            version = commit_with_retry(step, what=f"the full load commit of {name}", table_uri=uri)
+            return commit_with_retry(step, what=f"the full load commit of {name}", table_uri=uri)
         except SinkError:
             raise
         except Exception as exc:
             raise SinkError(f"committing the {len(parts)} files of {name} to {uri} failed: {exc}",
                             hint="nothing was committed; run the load again") from exc
-        semantics = table_semantics(self.pipeline.tables.settings_for(name).semantics, shape.has_key)
-        DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
-                  storage_options=storage_options).tombstones.clear()
-        # The stream merges by this key; the state file is where it reads it (delta-rs refuses custom properties).
-        self.state.table(name).key_columns = list(shape.key_columns) if shape.has_key else []
-        return version
 
     def _finish(self, name: str, rows: int, version: int | None, position: SourcePosition, started: float
                 ) -> TableResult:

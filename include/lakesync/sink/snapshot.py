@@ -40,9 +40,9 @@ def snapshot_transaction(position: SourcePosition) -> Transaction:
     return Transaction(SNAPSHOT_APP_ID, encode_snapshot(position))
 
 
-def snapshot_commit(position: SourcePosition, *, ts_ms: int, table: str | None = None, mode: str | None = None
-                    ) -> CommitProperties:
-    """The commit properties of every snapshot commit: the app transaction and the readable metadata."""
+def snapshot_metadata(position: SourcePosition, *, ts_ms: int, table: str | None = None, mode: str | None = None
+                      ) -> dict[str, str | int]:
+    """The readable metadata of a snapshot commit (delta-rs's custom metadata, delta-spark's ``userMetadata``)."""
     metadata: dict[str, str | int] = {
         "lakesync.operation": "snapshot",
         "lakesync.snapshot.position": position.key(),
@@ -54,4 +54,11 @@ def snapshot_commit(position: SourcePosition, *, ts_ms: int, table: str | None =
         metadata["lakesync.snapshot.mode"] = mode
     if table is not None:
         metadata["lakesync.table"] = table
-    return CommitProperties(app_transactions=[snapshot_transaction(position)], custom_metadata=metadata)
+    return metadata
+
+
+def snapshot_commit(position: SourcePosition, *, ts_ms: int, table: str | None = None, mode: str | None = None
+                    ) -> CommitProperties:
+    """The commit properties of every delta-rs snapshot commit: the app transaction and the readable metadata."""
+    return CommitProperties(app_transactions=[snapshot_transaction(position)],
+                            custom_metadata=snapshot_metadata(position, ts_ms=ts_ms, table=table, mode=mode))

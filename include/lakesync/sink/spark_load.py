@@ -1,0 +1,127 @@
+"""The full load's commit on delta-spark (``delta.writer: delta_spark``): Spark writes the loaded table.
+
+The full load reads the source with its own reader and writes the rows as Parquet files into the table's folder
+(:mod:`lakesync.full_load.parquet_writer`: fast, resumable chunk by chunk, invisible until a commit adds them).
+delta-rs commits those files as they are. With delta-spark, Spark reads them and writes the table in **one
+overwrite commit** of its own files (Spark's statistics, deletion vectors on, ``engineInfo`` naming delta-spark):
+a reader sees the old table or the whole load, never part of it. The load's files are deleted afterwards (a crash
+before that leaves them to VACUUM: no commit refers to them).
+
+The commit carries the snapshot app transaction (``lakesync.snapshot``, :mod:`lakesync.sink.snapshot`) as
+Delta's ``txnAppId``/``txnVersion`` and the readable metadata as ``userMetadata``. Delta skips, without a word,
+a write whose version is not above the one the table records, so the recorded version is read first:
+
+* equal: this load's commit landed already (a load killed after its commit, before its state file was saved,
+  then resumed): nothing is written again and the table's version is returned;
+* greater: the table holds a load taken at a later position than this one's (the source's binlog positions went
+  back: another server, ``RESET MASTER``): refused with what to do, instead of skipped silently.
+
+What it costs (docs/sink.md, "The full load on delta-spark"): the rows are written twice (by the reader, then by
+Spark), and the source's NOT NULL columns arrive nullable in Delta (Spark reads files as nullable).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from lakesync.core.errors import SinkError
+from lakesync.core.object_store import arrow_filesystem
+from lakesync.core.positions import SourcePosition
+from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, encode_snapshot, snapshot_metadata
+from lakesync.sink.spark_writes import (
+    DELETION_VECTORS,
+    TABLE_DEFAULTS,
+    USER_METADATA,
+    delta_conflicts,
+    delta_spark_session,
+    make_writable,
+    refused_names,
+    run_on_delta_spark,
+    session_settings,
+)
+from lakesync.sink.writer import ATTEMPT_KEY, commit_with_retry
+from lakesync.spark.storage import spark_path
+
+log = logging.getLogger(__name__)
+
+
+def _recorded_snapshot(table_uri: str, storage_options: dict[str, str] | None) -> tuple[DeltaTable | None, int | None]:
+    """The table (None when there is none yet) and the snapshot version it records (None: no load recorded)."""
+    if not DeltaTable.is_deltatable(table_uri, storage_options=storage_options):
+        return None, None
+    table = DeltaTable(table_uri, storage_options=storage_options)
+    return table, table.transaction_version(SNAPSHOT_APP_ID)
+
+
+def _drop_load_files(table_uri: str, paths: Sequence[str], storage_options: dict[str, str] | None) -> None:
+    """Delete the load's own Parquet files once Spark's commit holds the rows (best effort: VACUUM removes what
+    is left, as no commit refers to these files)."""
+    filesystem, root = arrow_filesystem(table_uri, storage_options)
+    for path in paths:
+        try:
+            filesystem.delete_file(f"{root}/{path}")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("could not delete the load file %s of %s (VACUUM removes it later): %s", path, table_uri, exc)
+
+
+def commit_load_on_delta_spark(table_uri: str, schema: pa.Schema, paths: Sequence[str], position: SourcePosition,
+                               *, ts_ms: int, table: str, mode: str, properties: dict[str, str],
+                               storage_options: dict[str, str] | None) -> int:
+    """Replace the table at ``table_uri`` with the rows of the load's files ``paths`` (relative to the table's
+    folder, of Arrow schema ``schema``) in one delta-spark commit recording ``position``; returns its version.
+    See the module docstring for the checks made first."""
+    wanted = encode_snapshot(position)
+    existing, recorded = _recorded_snapshot(table_uri, storage_options)
+    if recorded is not None and recorded > wanted:
+        raise SinkError(
+            f"{table_uri} holds a load of {table} taken at {decode_snapshot(recorded)}, later than this load's "
+            f"position {position.key()}: the source's binlog positions went back (another server, or RESET MASTER); "
+            "delta-spark can't record an older load position, so nothing was written",
+            hint="move the table's folder aside (or delete it), then run the load of this table again")
+    if existing is not None and recorded == wanted:
+        log.info("%s: the load at %s was committed already (version %d); not writing it again",
+                 table, position.key(), existing.version())
+        _drop_load_files(table_uri, paths, storage_options)
+        return existing.version()
+    if refused := refused_names(schema):
+        raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, a space "
+                        f"or one of ,;{{}}()= ({refused}); nothing was written",
+                        hint="set delta.writer: delta_rs for this pipeline (it writes such names), or rename the "
+                             "columns at the source")
+    session = delta_spark_session(storage_options)
+    if existing is not None:
+        make_writable(existing, table_uri, session)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    spark_schema = from_arrow_schema(schema, prefer_timestamp_ntz=True)
+    metadata = snapshot_metadata(position, ts_ms=ts_ms, table=table, mode=mode)
+    # a table created by this write takes its properties from these
+    defaults = {f"{TABLE_DEFAULTS}{key.removeprefix('delta.')}": value
+                for key, value in {**properties, DELETION_VECTORS: "true"}.items()}
+
+    def write(attempt: int) -> None:
+        files = [spark_path(f"{table_uri.rstrip('/')}/{path}") for path in paths]
+        rows = (session.read.schema(spark_schema).parquet(*files) if files
+                else session.createDataFrame([], spark_schema))
+        commit_info = json.dumps({**metadata, ATTEMPT_KEY: str(attempt)}, sort_keys=True)
+        with session_settings(session, {USER_METADATA: commit_info, **defaults}):
+            run_on_delta_spark(
+                lambda: rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                .option("txnAppId", SNAPSHOT_APP_ID).option("txnVersion", str(wanted))
+                .save(spark_path(table_uri)),
+                f"the load commit of {table}", table_uri, hint="nothing was committed; run the load again")
+
+    commit_with_retry(write, what=f"the load commit of {table}", table_uri=table_uri, conflicts=delta_conflicts())
+    committed = DeltaTable(table_uri, storage_options=storage_options)
+    if committed.transaction_version(SNAPSHOT_APP_ID) != wanted:  # Delta skipped it: never claim a load it lacks
+        raise SinkError(f"delta-spark did not commit the load of {table} at {position.key()} to {table_uri}",
+                        hint="run the load of this table again")
+    _drop_load_files(table_uri, paths, storage_options)
+    return committed.version()
