@@ -10,9 +10,11 @@ DECIMAL, ENUM, VARCHAR, TEXT with NULLs, two DATETIME(6)) and measures, best of 
 (c) lakesync's full load of the table into Delta (consistent mode by default: one snapshot, exact
     position, one commit; ``--mode chunked`` measures the lock-free mode on a local thread pool);
 (d) the same load with ``delta.writer: delta_spark`` (Spark writes the table from the load's files, in the
-    session (b) started: warm, as in the Airflow task that runs the load).
+    session (b) started: warm, as in the Airflow task that runs the load);
+(e) dlt (dlthub's data load tool) loading the table into Delta: its ``sql_table`` source with the pyarrow
+    backend, the filesystem destination with ``table_format="delta"``, ``write_disposition="replace"``.
 
-The targets: (c) >= 0.5x (a) and >= 2x (b); (d) is reported against (b) too. ``peak_rss_mb`` is this process's peak after (c), before
+The targets: (c) >= 0.5x (a), >= 2x (b) and >= 2x (e); (d) is reported against (b) and (e) too. ``peak_rss_mb`` is this process's peak after (c), before
 Spark runs. Uses the embedded stack at ``$LAKESYNC_STATE_DIR`` when one is running there, else starts
 one in a temporary folder and stops it afterwards.
 """
@@ -60,6 +62,10 @@ class SnapshotBenchResult:
     #: (d): the load committed by delta-spark, and its ratio to (b)
     delta_spark_load_rows_per_s: float
     delta_spark_load_ratio_vs_spark_jdbc: float
+    #: (e): dlt, and the ratios of (c) and (d) to it
+    dlt_rows_per_s: float
+    ratio_vs_dlt: float
+    delta_spark_load_ratio_vs_dlt: float
     peak_rss_mb: float
     lakesync_seconds: float
     client_dump_seconds: float
@@ -137,6 +143,33 @@ def spark_jdbc_to_delta(spark: Any, stack: DevStack, database: str, rows: int, d
     frame.write.format("delta").mode("overwrite").save(delta_uri)
 
 
+def dlt_to_delta(stack: DevStack, database: str, rows: int, work_dir: Path) -> None:
+    """The table loaded by dlt into a Delta table under ``work_dir`` (telemetry off: nothing leaves the machine);
+    fails unless that table then holds ``rows`` rows."""
+    os.environ["RUNTIME__DLTHUB_TELEMETRY"] = "false"
+    import dlt
+    from dlt.sources.sql_database import sql_table
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import URL
+
+    settings = stack.settings
+    engine = create_engine(URL.create("mysql+pymysql", username="root", password=settings.root_password,
+                                      host="127.0.0.1", port=settings.mariadb_port, database=database))
+    pipeline = dlt.pipeline(pipeline_name="bench_snapshot_dlt", pipelines_dir=str(work_dir / "dlt_state"),
+                            destination=dlt.destinations.filesystem(bucket_url=str(work_dir / "dlt")),
+                            dataset_name="bench")
+    try:
+        pipeline.run(sql_table(credentials=engine, table=TABLE, backend="pyarrow"),
+                     write_disposition="replace", table_format="delta")
+    finally:
+        engine.dispose()
+    from deltalake import DeltaTable
+
+    loaded = DeltaTable(str(work_dir / "dlt" / "bench" / TABLE)).to_pyarrow_dataset().count_rows()
+    if loaded != rows:
+        raise StackError(f"dlt loaded {loaded} rows of {rows}", hint="see dlt's log above")
+
+
 def _spark_session() -> Any:
     from lakesync.spark.session import build_spark_session, spark_jars
 
@@ -174,6 +207,7 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mo
             our_runs.append(_measured(lambda: lakesync_load(pipeline, mode), server))
         client, ours = _fastest(client_runs), _fastest(our_runs)
         peak_rss = peak_rss_mb()
+        by_dlt = _fastest([_measured(lambda: dlt_to_delta(stack, database, rows, work_dir), server) for _ in range(rounds)])
         spark = _spark_session()
         jvm = [spark.sparkContext._gateway.proc.pid]
         target = str(work_dir / "spark_jdbc" / TABLE)
@@ -197,6 +231,9 @@ def run_bench(stack: DevStack, rows: int, *, rounds: int = 2, work_dir: Path, mo
         ratio_vs_spark_jdbc=round(jdbc.seconds / ours.seconds, 3),
         delta_spark_load_rows_per_s=round(rows / spark_load.seconds, 1),
         delta_spark_load_ratio_vs_spark_jdbc=round(jdbc.seconds / spark_load.seconds, 3),
+        dlt_rows_per_s=round(rows / by_dlt.seconds, 1),
+        ratio_vs_dlt=round(by_dlt.seconds / ours.seconds, 3),
+        delta_spark_load_ratio_vs_dlt=round(by_dlt.seconds / spark_load.seconds, 3),
         peak_rss_mb=round(peak_rss, 1),
         lakesync_seconds=round(ours.seconds, 3),
         client_dump_seconds=round(client.seconds, 3),
@@ -235,9 +272,12 @@ def _run(args: argparse.Namespace) -> int:
     print(f"(c) lakesync full load:       {result.lakesync_rows_per_s:>12,.0f} rows/s "
           f"({result.lakesync_seconds:.2f} s)")
     print(f"(d) lakesync, delta-spark:    {result.delta_spark_load_rows_per_s:>12,.0f} rows/s")
+    print(f"(e) dlt -> Delta:             {result.dlt_rows_per_s:>12,.0f} rows/s")
     print(f"c/a (target >= 0.5):          {result.ratio_vs_client_dump:.2f}")
     print(f"c/b (target >= 2):            {result.ratio_vs_spark_jdbc:.2f}")
     print(f"d/b (target >= 2):            {result.delta_spark_load_ratio_vs_spark_jdbc:.2f}")
+    print(f"c/e (target >= 2):            {result.ratio_vs_dlt:.2f}")
+    print(f"d/e (target >= 2):            {result.delta_spark_load_ratio_vs_dlt:.2f}")
     print(f"CPU s (server + client) a/b/c: {result.client_dump_cpu_s:.2f} / {result.spark_jdbc_cpu_s:.2f} / "
           f"{result.lakesync_cpu_s:.2f}")
     print(f"peak RSS (after c):           {result.peak_rss_mb:.0f} MB")
