@@ -75,6 +75,8 @@ def test_the_stream_fetches_4_mib_per_partition_read_unless_the_pipeline_sets_it
     assert default["kafka.max.partition.fetch.bytes"] == str(4 * 2**20)
     own = stream_options({"bootstrap.servers": "b:9092", "max.partition.fetch.bytes": "1048576"}, ["p.db.t"])
     assert own["kafka.max.partition.fetch.bytes"] == "1048576"
+    alias = stream_options({"bootstrap.servers": "b:9092", "fetch.message.max.bytes": "2097152"}, ["p.db.t"])
+    assert alias["kafka.max.partition.fetch.bytes"] == "2097152"
 
 
 def test_librdkafkas_none_host_name_check_is_the_java_clients_empty_string() -> None:

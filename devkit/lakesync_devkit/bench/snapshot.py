@@ -123,8 +123,16 @@ def client_dump(stack: DevStack, database: str) -> None:
 
 
 def lakesync_load(pipeline: Pipeline, mode: str) -> None:
+    """One load of the table; fails unless it made a new commit (every round must do the whole work, also when
+    the source has not moved since the round before)."""
+    from deltalake import DeltaTable
+
+    uri = pipeline.delta.table_uri(TABLE)
+    before = DeltaTable(uri).version() if DeltaTable.is_deltatable(uri) else -1
     (result,) = FullLoad(pipeline, tables=[TABLE], mode=mode, restart=True).run()
-    log.info("lakesync loaded %d rows", result.rows)
+    if result.delta_version is None or result.delta_version <= before:
+        raise StackError(f"the load made no new commit of {uri} (version {result.delta_version})")
+    log.info("lakesync loaded %d rows (version %d)", result.rows, result.delta_version)
 
 
 def spark_jdbc_to_delta(spark: Any, stack: DevStack, database: str, rows: int, delta_uri: str) -> None:
