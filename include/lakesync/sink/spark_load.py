@@ -22,7 +22,8 @@ the one the table records, so the recorded version is read first:
 After the write the table must record the position and this load's commit, or the load fails.
 
 What it costs (docs/sink.md, "The full load on delta-spark"): the rows are written twice (by the reader, then by
-Spark), and the source's NOT NULL columns arrive nullable in Delta (Spark reads files as nullable).
+Spark: the load takes 3-4x as long as with the delta-rs commit, docs/full_load.md "Performance"), and the
+source's NOT NULL columns arrive nullable in Delta (Spark reads files as nullable).
 """
 
 from __future__ import annotations
