@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pymysql
 import pytest
 from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
@@ -23,6 +22,7 @@ from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import ChunkDone, LoadState
 from lakesync.sink.delta import DeltaSink
 from lakesync.validation.validate import validate_pipeline
+from tests.integration.loadkit import load_killed_after_commit, make_numbers
 from tests.oracle import assert_tables_match
 
 pytestmark = pytest.mark.integration
@@ -31,11 +31,6 @@ pytestmark = pytest.mark.integration
 def _rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
     return sorted(DeltaTable(pipeline.delta.table_uri(table)).to_pyarrow_table().to_pylist(),
                   key=lambda row: tuple(str(v) for v in row.values()))
-
-
-def _make_numbers(cur: pymysql.cursors.Cursor, table: str, rows: int) -> None:
-    cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL)")
-    cur.execute(f"INSERT INTO {table} SELECT seq, seq * 10 FROM seq_1_to_{rows}")
 
 
 # -- position ----------------------------------------------------------------------------------------------
@@ -93,7 +88,7 @@ def _binlog_changes(mariadb, start: SourcePosition, *, schema: str) -> list[tupl
 
 # -- commits and resumption ----------------------------------------------------------------------------------
 def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) -> None:
-    _make_numbers(db, "numbers", 5000)
+    make_numbers(db, "numbers", 5000)
     pipeline = make_pipeline()
     for mode in ("consistent", "chunked"):
         (result,) = FullLoad(pipeline, mode=mode, restart=True).run()
@@ -110,7 +105,7 @@ def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) 
 
 def test_interrupted_load_resumes_without_rereading_finished_tables(make_pipeline, db) -> None:
     for name in ("t1", "t2", "t3"):
-        _make_numbers(db, name, 300)
+        make_numbers(db, name, 300)
     pipeline = make_pipeline()
     reads: list[str] = []
 
@@ -139,7 +134,7 @@ def test_interrupted_load_resumes_without_rereading_finished_tables(make_pipelin
 def test_a_restarted_load_forgets_tables_no_longer_selected_so_its_position_is_the_new_loads(make_pipeline,
                                                                                               db) -> None:
     for name in ("kept", "dropped", "excluded"):
-        _make_numbers(db, name, 10)
+        make_numbers(db, name, 10)
     FullLoad(make_pipeline()).run()
     db.execute("DROP TABLE dropped")
     db.execute("INSERT INTO kept VALUES (1000, 1)")
@@ -174,7 +169,7 @@ class _CountingRunner:
 
 
 def test_interrupted_chunked_table_resumes_its_missing_chunks(make_pipeline, db) -> None:
-    _make_numbers(db, "numbers", 1000)
+    make_numbers(db, "numbers", 1000)
     pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 100})
     first = _CountingRunner(stop_after=4)
     with pytest.raises(RuntimeError, match="worker lost"):
@@ -201,16 +196,10 @@ def test_a_load_killed_between_its_delta_commit_and_its_state_file_keeps_the_tab
     """The resumed load finds its commit landed (the table holds exactly its chunks' files) and does not commit
     them again: adding and removing the same files in one commit would leave the table empty (found by the
     full-load fault test in a CI run, the kill landing in that window)."""
-    _make_numbers(db, "numbers", 500)
+    make_numbers(db, "numbers", 500)
     pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 100})
 
-    def killed_after_commit(self, *args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr(FullLoad, "_finish", killed_after_commit)
-        with pytest.raises(KeyboardInterrupt):
-            FullLoad(pipeline).run()
+    load_killed_after_commit(pipeline, monkeypatch)
     committed = DeltaTable(pipeline.delta.table_uri("numbers")).version()
     assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).is_done("numbers")
 
@@ -223,7 +212,7 @@ def test_a_load_killed_between_its_delta_commit_and_its_state_file_keeps_the_tab
 def test_chunked_load_under_concurrent_writes_converges_after_replay(make_pipeline, db, mariadb) -> None:
     """Chunks read while rows change; replaying the binlog from the recorded position with the sink's rule
     (apply only when the change's position is greater than the row's) gives exactly the source table."""
-    _make_numbers(db, "numbers", 3000)
+    make_numbers(db, "numbers", 3000)
     pipeline = make_pipeline(snapshot={"mode": "chunked", "chunk_rows": 200})
     stop = threading.Event()
 
@@ -382,14 +371,14 @@ def test_zero_dates_in_a_later_range_become_null_and_the_rest_loads(make_pipelin
 
 # -- bad input -----------------------------------------------------------------------------------------------
 def test_unknown_table_is_named_with_the_tables_there(make_pipeline, db) -> None:
-    _make_numbers(db, "numbers", 3)
+    make_numbers(db, "numbers", 3)
     with pytest.raises(SourceError, match="no table nope") as error:
         FullLoad(make_pipeline(), tables=["nope"]).run()
     assert "numbers" in (error.value.hint or "")
 
 
 def test_wrong_credentials_are_a_clear_error(make_pipeline, db, mariadb) -> None:
-    _make_numbers(db, "numbers", 3)
+    make_numbers(db, "numbers", 3)
     wrong = MySQLConnection(mariadb.host, mariadb.port, "lakesync", pydantic_secret("not-the-password"))
     with pytest.raises(SourceError, match="refused the credentials"):
         FullLoad(make_pipeline(), connection=wrong).run()
@@ -402,8 +391,8 @@ def pydantic_secret(value: str) -> Any:
 
 
 def test_table_the_user_may_not_read_is_named_with_the_fix(make_pipeline, db, mariadb) -> None:
-    _make_numbers(db, "numbers", 3)
-    _make_numbers(db, "other", 3)
+    make_numbers(db, "numbers", 3)
+    make_numbers(db, "other", 3)
     database = db.connection.db.decode()
     user, password = f"u{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     db.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
@@ -418,7 +407,7 @@ def test_table_the_user_may_not_read_is_named_with_the_fix(make_pipeline, db, ma
 
 
 def test_binlog_row_image_other_than_full_is_refused(make_pipeline, db) -> None:
-    _make_numbers(db, "numbers", 3)
+    make_numbers(db, "numbers", 3)
     db.execute("SET GLOBAL binlog_row_image = 'MINIMAL'")
     try:
         with pytest.raises(SourceError, match="binlog_row_image is MINIMAL"):
@@ -428,8 +417,8 @@ def test_binlog_row_image_other_than_full_is_refused(make_pipeline, db) -> None:
 
 
 def test_table_dropped_during_the_load_fails_it_without_a_trace_in_delta(make_pipeline, db) -> None:
-    _make_numbers(db, "a", 10)
-    _make_numbers(db, "b", 10)
+    make_numbers(db, "a", 10)
+    make_numbers(db, "b", 10)
 
     def drop_b(table: str, rows: int, total: int) -> None:
         if table == "a":

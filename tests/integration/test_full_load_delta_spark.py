@@ -21,6 +21,7 @@ from lakesync.sink import spark_load
 from lakesync.sink.delta import DeltaSink
 from lakesync.sink.spark_load import commit_load_on_delta_spark
 from lakesync.sink.writer import TABLE_PROPERTIES
+from tests.integration.loadkit import load_killed_after_commit, make_numbers
 from tests.oracle import assert_tables_match, read_delta, read_delta_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -104,8 +105,7 @@ def test_each_table_is_loaded_in_one_delta_spark_commit_with_deletion_vectors_an
 
 def test_a_reload_replaces_the_table_in_one_more_commit_at_its_new_position(spark_pipeline, db, mariadb,
                                                                              fresh_database, tmp_path) -> None:
-    db.execute("CREATE TABLE numbers (id INT PRIMARY KEY, v INT NOT NULL)")
-    db.execute("INSERT INTO numbers SELECT seq, seq FROM seq_1_to_500")
+    make_numbers(db, "numbers", 500)
     pipeline = spark_pipeline(root=tmp_path / "delta")
     (first,) = FullLoad(pipeline).run()
     db.execute("DELETE FROM numbers WHERE id > 400")
@@ -127,8 +127,7 @@ def test_a_reload_of_a_source_that_did_not_move_repairs_a_damaged_table(spark_pi
                                                                         tmp_path, spark) -> None:
     """The second load has the first one's position (nothing was written to the source in between), so Delta's
     app transaction can't tell them apart: the reload must still be written, not taken for the first."""
-    db.execute("CREATE TABLE numbers (id INT PRIMARY KEY, v INT NOT NULL)")
-    db.execute("INSERT INTO numbers SELECT seq, seq FROM seq_1_to_300")
+    make_numbers(db, "numbers", 300)
     pipeline = spark_pipeline(root=tmp_path / "delta")
     (first,) = FullLoad(pipeline).run()
     uri = pipeline.delta.table_uri("numbers")
@@ -163,17 +162,10 @@ def test_a_load_killed_after_its_commit_is_not_committed_again_when_it_resumes(s
                                                                                monkeypatch) -> None:
     """Killed between the delta-spark commit and the state file: the resumed (chunked) load finds its position
     recorded by the table and commits nothing (its files are gone already; Delta would have skipped it anyway)."""
-    db.execute("CREATE TABLE numbers (id INT PRIMARY KEY, v INT NOT NULL)")
-    db.execute("INSERT INTO numbers SELECT seq, seq FROM seq_1_to_500")
+    make_numbers(db, "numbers", 500)
     pipeline = spark_pipeline(root=tmp_path / "delta", snapshot={"mode": "chunked", "chunk_rows": 100})
 
-    def killed_after_commit(self, *args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr(FullLoad, "_finish", killed_after_commit)
-        with pytest.raises(KeyboardInterrupt):
-            FullLoad(pipeline).run()
+    load_killed_after_commit(pipeline, monkeypatch)
     uri = pipeline.delta.table_uri("numbers")
     assert not LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).is_done("numbers")
 
@@ -185,8 +177,7 @@ def test_a_load_killed_after_its_commit_is_not_committed_again_when_it_resumes(s
 
 def test_a_load_killed_before_deleting_its_files_commits_nothing_again_and_deletes_them_when_it_resumes(
         spark_pipeline, db, tmp_path, monkeypatch) -> None:
-    db.execute("CREATE TABLE numbers (id INT PRIMARY KEY, v INT NOT NULL)")
-    db.execute("INSERT INTO numbers SELECT seq, seq FROM seq_1_to_500")
+    make_numbers(db, "numbers", 500)
     pipeline = spark_pipeline(root=tmp_path / "delta", snapshot={"mode": "chunked", "chunk_rows": 100})
     uri = pipeline.delta.table_uri("numbers")
 
@@ -208,8 +199,7 @@ def test_a_load_killed_before_deleting_its_files_commits_nothing_again_and_delet
 
 def test_a_load_older_than_the_one_the_table_records_is_refused_and_changes_nothing(spark_pipeline, db,
                                                                                   tmp_path) -> None:
-    db.execute("CREATE TABLE numbers (id INT PRIMARY KEY, v INT NOT NULL)")
-    db.execute("INSERT INTO numbers SELECT seq, seq FROM seq_1_to_50")
+    make_numbers(db, "numbers", 50)
     pipeline = spark_pipeline(root=tmp_path / "delta")
     (loaded,) = FullLoad(pipeline).run()
     uri = pipeline.delta.table_uri("numbers")
