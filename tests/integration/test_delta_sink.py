@@ -248,6 +248,36 @@ def test_add_columns_then_apply_rows_with_the_new_column(tmp_path, writer):
                            app_id="s", batch_version=1)
 
 
+def test_a_default_is_filled_into_older_rows_exactly_and_a_dropped_not_null_column_takes_null(tmp_path, writer):
+    """The stream's in-place DDL steps with each writer: the source's default (text with a quote, a backslash
+    and what looks like SQL; an exact decimal) reaches exactly the rows older than the DDL, and a NOT NULL
+    column the source dropped accepts the NULLs of newer rows."""
+    from decimal import Decimal
+
+    strict = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string(), nullable=False)])
+    sink = writer(str(tmp_path / "lake" / "orders"), key_columns=["id"])
+    sink.write_snapshot([pa.record_batch([pa.array([1, 2, 3], pa.int64()), pa.array(["a", "b", "c"])],
+                                         schema=strict)], schema=strict, position=SNAPSHOT, snapshot_ts_ms=1)
+    note, amount = "it's a \\ test'); DROP TABLE x; --", Decimal("1.50")
+    sink.apply_changes(change_table([(3, "c2", 6000, "u")]), app_id="s", batch_version=0)
+
+    sink.add_columns([pa.field("note", pa.string()), pa.field("amount", pa.decimal128(10, 2))])
+    sink.fill_columns({"note": pa.scalar(note), "amount": pa.scalar(amount, pa.decimal128(10, 2))},
+                      before_position=pos(6100))
+    sink.fill_columns({"note": pa.scalar(note)}, before_position=pos(6100))  # a replayed batch: the same again
+    sink.make_nullable(["name", "id"])
+    sink.make_nullable(["name"])  # replayed: nothing left to do
+    wider = pa.schema([*SCHEMA, ("note", pa.string()), ("amount", pa.decimal128(10, 2))])
+    sink.apply_changes(change_table([(4, None, "new", Decimal("2.00"), 6200, "c")], wider), app_id="s",
+                       batch_version=1)
+
+    table = read(sink.table_uri)
+    rows = {r["id"]: (r["name"], r["note"], r["amount"]) for r in table.to_pylist()}
+    assert rows == {1: ("a", note, amount), 2: ("b", note, amount), 3: ("c2", note, amount),
+                    4: (None, "new", Decimal("2.00"))}
+    assert table.schema.field("name").nullable and not table.schema.field("id").nullable  # the key stays NOT NULL
+
+
 def test_change_data_feed_shows_the_merges(tmp_path):
     sink = snapshot_sink(tmp_path)
     sink.apply_changes(change_table([(1, "a2", 6000, "u"), (2, None, 6001, "d"), (9, "i", 6002, "c")]),

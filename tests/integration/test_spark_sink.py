@@ -154,17 +154,21 @@ def test_a_lost_commit_race_is_planned_again_and_retried(tmp_path, spark, monkey
     assert sink.committed_batch_version("stream") == 0
 
 
-def test_schema_changes_and_a_reload_by_delta_rs_work_on_a_table_with_deletion_vectors(tmp_path, spark):
-    """The stream's DDL steps (ADD COLUMN, filling older rows, a re-load) stay delta-rs's: they must work on a
-    table delta-spark has written deletion vectors into, and the next delta-spark MERGE must see their work."""
+def test_schema_changes_are_delta_spark_commits_and_a_reload_works_on_a_table_with_deletion_vectors(tmp_path, spark):
+    """The stream's DDL steps (ADD COLUMN, filling older rows) are delta-spark's commits on a table it has
+    written deletion vectors into, the next MERGE sees their work, and a re-load replaces the table."""
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
     sink = loaded(tmp_path, schema, [pa.array(range(1, 101), pa.int64()), pa.array(["x"] * 100)])
     sink.apply_changes(pa.table({"id": pa.array([5], pa.int64()), "name": ["five"], POS: [pos(6000)], OP: ["u"],
                                  TS: pa.array([6000], pa.int64())}), app_id="stream", batch_version=0)
     assert any("deletionVector" in a.get("add", {}) for a in commits(sink.table_uri))
 
+    before = len([a for a in commits(sink.table_uri) if "commitInfo" in a])
     sink.add_columns([pa.field("flag", pa.int32())])
-    sink.fill_columns({"flag": "0"}, before_position=pos(6100))
+    sink.fill_columns({"flag": pa.scalar(0, pa.int32())}, before_position=pos(6100))
+    schema_steps = [a["commitInfo"] for a in commits(sink.table_uri) if "commitInfo" in a][before:]
+    assert [step["operation"] for step in schema_steps] == ["ADD COLUMNS", "UPDATE"]
+    assert all("Delta-Lake" in step.get("engineInfo", "") for step in schema_steps)
     sink.apply_changes(pa.table({"id": pa.array([6], pa.int64()), "name": ["six"], "flag": pa.array([1], pa.int32()),
                                  POS: [pos(6200)], OP: ["u"], TS: pa.array([6200], pa.int64())}),
                        app_id="stream", batch_version=1)

@@ -116,13 +116,18 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
         time.sleep(0.3)
 
 
+#: MySQL's literal for the text ``it's a \ note``: a doubled quote and an escaped backslash
+NOTE_DEFAULT = "'it''s a \\\\ note'"
+
+
 @pytest.mark.parametrize(("decode", "writer"), [("python", "delta_rs"), ("spark_sql", "delta_rs"),
                                                ("spark_sql", "delta_spark")])
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(
         decode, writer, env, mariadb, fresh_database, tmp_path, spark, monkeypatch, caplog):
     """Both decodes (``stream.decode``): the Python workers' and Spark SQL's in the JVM (which must have decoded
     the tables' events itself, never handing them to the Python decode); and both writers (``delta.writer``):
-    with delta-spark the tables' batches are delta-spark MERGEs and appends, with deletion vectors."""
+    with delta-spark the tables' batches are delta-spark MERGEs and appends, with deletion vectors, and so are
+    the ADD COLUMN and the fill of its default (a text with a quote and a backslash) that a DDL mid-load asks."""
     decoded_in_sql: list[str] = []
     table_changes = sql_decode.table_changes
     monkeypatch.setattr(sql_decode, "table_changes", lambda records, schema, **kwargs: (
@@ -152,7 +157,10 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
     loader.start()
     try:
         wait_for_relay(pipeline, "", relay)  # the stream refuses to start before the relay has published
-        applied_during = [run_stream(pipeline, once=True, spark=spark).changes for _ in range(2)]
+        applied_during = [run_stream(pipeline, once=True, spark=spark).changes]
+        with mariadb.connect(database=fresh_database) as conn, conn.cursor() as cur:  # a DDL under the load
+            cur.execute(f"ALTER TABLE customers ADD COLUMN note VARCHAR(40) NOT NULL DEFAULT {NOTE_DEFAULT}")
+        applied_during.append(run_stream(pipeline, once=True, spark=spark).changes)
         loader.finish()
         with mariadb.connect() as conn:
             wait_for_relay(pipeline, current_position(conn).key(), relay)
@@ -180,6 +188,9 @@ def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_an
                  for line in path.read_text().splitlines() if '"commitInfo"' in line]
         by_spark = [i for i in infos if "Delta-Lake" in i.get("engineInfo", "") and i["operation"] in ("MERGE", "WRITE")]
         assert bool(by_spark) == (writer == "delta_spark"), (table, [i["operation"] for i in infos])
+        if table == "customers":  # the DDL was followed in place (a re-load would also end equal)
+            operations = [i["operation"] for i in infos]
+            assert "UPDATE" in operations and any(o.startswith("ADD COLUMN") for o in operations), operations
         if writer == "delta_spark":  # the load and every batch: no commit of delta-rs's
             assert all("Delta-Lake" in i.get("engineInfo", "") for i in infos), (table, infos)
 

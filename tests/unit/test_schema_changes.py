@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
 from lakesync.core.errors import SchemaChangeError
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import SchemaChangeEvent
+from lakesync.sink.schema_evolution import sql_literal
 from lakesync.stream.schema_changes import column_spec_from_ddl, plan_schema_change
 
 CURRENT = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.decimal128(18, 2))])
@@ -65,19 +68,21 @@ STRICT = pa.schema([pa.field("id", pa.int64(), False), pa.field("name", pa.strin
                     pa.field("amount", pa.decimal128(18, 2), True)])
 
 
-@pytest.mark.parametrize(("definition", "fill"), [
-    ({"type": "INT", "not_null": True, "default": {"value": "7"}}, "CAST('7' AS INT)"),
-    ({"type": "INT", "default": {"value": "-2"}}, "CAST('-2' AS INT)"),
-    ({"type": "VARCHAR(10)", "default": {"value": "it's"}}, "'it''s'"),
-    ({"type": "DECIMAL(10,2)", "default": {"value": "1.5"}}, "CAST('1.50' AS DECIMAL(10, 2))"),
-    ({"type": "INT", "not_null": True}, "CAST('0' AS INT)"),           # MySQL's implicit default
-    ({"type": "VARCHAR(3)", "not_null": True}, "''"),
+@pytest.mark.parametrize(("definition", "value", "sql"), [
+    ({"type": "INT", "not_null": True, "default": {"value": "7"}}, pa.scalar(7, pa.int32()), "CAST('7' AS INT)"),
+    ({"type": "INT", "default": {"value": "-2"}}, pa.scalar(-2, pa.int32()), "CAST('-2' AS INT)"),
+    ({"type": "VARCHAR(10)", "default": {"value": "it's"}}, pa.scalar("it's"), "'it''s'"),
+    ({"type": "DECIMAL(10,2)", "default": {"value": "1.5"}}, pa.scalar(Decimal("1.50"), pa.decimal128(10, 2)),
+     "CAST('1.50' AS DECIMAL(10, 2))"),
+    ({"type": "INT", "not_null": True}, pa.scalar(0, pa.int32()), "CAST('0' AS INT)"),  # MySQL's implicit default
+    ({"type": "VARCHAR(3)", "not_null": True}, pa.scalar(""), "''"),
 ])
-def test_an_added_column_with_a_default_fills_the_rows_that_existed(definition, fill):
+def test_an_added_column_with_a_default_fills_the_rows_that_existed(definition, value, sql):
     action = plan_schema_change(event("alter_table", [{"change": "add", "column": "n", **definition}]),
                                 STRICT, pipeline="demo")
     assert action.stop_reason is None and [f.name for f in action.add] == ["n"]
-    assert action.fill == {"n": fill}
+    assert list(action.fill) == ["n"] and action.fill["n"].equals(value)  # typed, not SQL text
+    assert sql_literal(action.fill["n"]) == sql  # as the delta-rs writer renders it
 
 
 def test_an_added_column_without_a_default_fills_nothing():

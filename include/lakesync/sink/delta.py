@@ -409,34 +409,46 @@ class DeltaSink:
     def add_columns(self, fields: list[pa.Field]) -> None:
         """Add new columns (always nullable: existing rows have no value). Idempotent for DDL replays.
 
-        A field that exists with another type is a type change, which delta-rs cannot apply in place.
+        A field that exists with another type is a type change, which cannot be applied in place here.
         """
         check_not_reserved([field.name for field in fields])
         table = self._open()
         current = {field.name: field for field in table.schema().fields}
         new = []
         for field in fields:
-            delta_field = DeltaField.from_arrow(field.with_nullable(True))
+            delta_type = DeltaField.from_arrow(field.with_nullable(True)).type
             existing = current.get(field.name)
             if existing is None:
-                new.append(delta_field)
-            elif repr(existing.type) != repr(delta_field.type):
+                new.append(field.with_nullable(True))
+            elif repr(existing.type) != repr(delta_type):
                 raise SchemaChangeError(
                     f"column {field.name!r} of {self.table_uri} is {existing.type}, the source now says "
-                    f"{delta_field.type}",
-                    hint="delta-rs cannot change a column's type; re-run the full load of this table",
+                    f"{delta_type}",
+                    hint="lakesync cannot change a column's type in place (docs/schema_changes.md); re-run "
+                         "the full load of this table",
                 )
         if new:
-            try:
-                table.alter.add_columns(new)
-            except DeltaError as exc:
-                raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
+            self._commit_added_columns(table, new)
+
+    def _commit_added_columns(self, table: DeltaTable, fields: list[pa.Field]) -> None:
+        """The ADD COLUMNS commit, by delta-rs."""
+        try:
+            table.alter.add_columns([DeltaField.from_arrow(field) for field in fields])
+        except DeltaError as exc:
+            raise SchemaChangeError(f"could not add columns to {self.table_uri}: {exc}") from exc
 
     def make_nullable(self, names: list[str]) -> None:
-        """Let columns hold NULL (see :func:`lakesync.sink.schema_evolution.make_nullable`)."""
-        schema_evolution.make_nullable(self._open(), names, keep=self.key_columns, uri=self.table_uri)
+        """Let columns hold NULL (see :func:`lakesync.sink.schema_evolution.not_null_columns`). Idempotent."""
+        table = self._open()
+        relaxed = schema_evolution.not_null_columns(table, names, keep=self.key_columns)
+        if relaxed:
+            self._commit_nullable(table, relaxed)
 
-    def fill_columns(self, values: dict[str, str], *, before_position: str) -> None:
+    def _commit_nullable(self, table: DeltaTable, names: list[str]) -> None:
+        """The DROP NOT NULL commits, by delta-rs."""
+        schema_evolution.make_nullable(table, names, uri=self.table_uri)
+
+    def fill_columns(self, values: dict[str, pa.Scalar], *, before_position: str) -> None:
         """Fill rows older than a DDL (see :func:`lakesync.sink.schema_evolution.fill_columns`)."""
         schema_evolution.fill_columns(self._open(), values, before_position=before_position, uri=self.table_uri)
 

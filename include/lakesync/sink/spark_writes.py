@@ -46,11 +46,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from lakesync.core.errors import SinkError
+from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
-from lakesync.sink.writer import delta_arrow_schema
+from lakesync.sink.writer import commit_with_retry, delta_arrow_schema
 from lakesync.spark.storage import hadoop_s3a_conf, spark_path
 
 if TYPE_CHECKING:
@@ -265,6 +265,57 @@ class SparkDeltaSink(DeltaSink):
 
         self._run(append, "the append")
         table.update_incremental()
+
+    # -- schema changes the stream follows in place (docs/schema_changes.md) ---------------------------------
+
+    def _evolve(self, work: Callable[[SparkSession], object], what: str) -> None:
+        """One schema step committed by delta-spark, on a table made writable first (a DDL can come before the
+        table's first batch): a lost commit race is retried; any other failure is a :class:`SchemaChangeError`,
+        which stops (or re-loads) this table only, as the delta-rs steps do."""
+        self.prepare_to_write(self._open())
+
+        def step(attempt: int) -> None:
+            try:
+                run_on_delta_spark(lambda: work(self.session()), what, self.table_uri)
+            except SinkError as exc:
+                raise SchemaChangeError(exc.message) from exc
+
+        commit_with_retry(step, what=what, table_uri=self.table_uri, conflicts=delta_conflicts())
+
+    def _alter(self, clause: str) -> Callable[[SparkSession], object]:
+        table = f"delta.{quote(spark_path(self.table_uri))}"
+        return lambda session: session.sql(f"ALTER TABLE {table} {clause}")
+
+    def _commit_added_columns(self, table: DeltaTable, fields: list[pa.Field]) -> None:
+        """``ALTER TABLE ... ADD COLUMNS``, each column with the Delta type delta-rs would give its Arrow type."""
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        columns = ", ".join(f"{quote(field.name)} {from_arrow_type(field.type, prefer_timestamp_ntz=True).simpleString()}"
+                            for field in fields)
+        self._evolve(self._alter(f"ADD COLUMNS ({columns})"), f"adding {[field.name for field in fields]}")
+
+    def _commit_nullable(self, table: DeltaTable, names: list[str]) -> None:
+        """``ALTER TABLE ... ALTER COLUMN ... DROP NOT NULL``, one column per statement (Spark's grammar)."""
+        for name in names:
+            self._evolve(self._alter(f"ALTER COLUMN {quote(name)} DROP NOT NULL"), f"making {name!r} nullable")
+
+    def fill_columns(self, values: dict[str, pa.Scalar], *, before_position: str) -> None:
+        """delta-spark's UPDATE of the rows older than a DDL (see
+        :func:`lakesync.sink.schema_evolution.fill_columns`), the values as typed literals (no SQL text: Spark's
+        parser reads ``'it''s'`` as two strings joined, and a backslash as an escape)."""
+        if not values:
+            return
+        from delta.tables import DeltaTable as SparkDeltaTable
+        from pyspark.sql import functions as F
+
+        def update(session: SparkSession) -> None:
+            metadata = {USER_METADATA: json.dumps({"lakesync.operation": "fill_added_columns"})}
+            with session_settings(session, metadata):
+                SparkDeltaTable.forPath(session, spark_path(self.table_uri)).update(
+                    condition=F.col(quote(POS)) < F.lit(before_position),
+                    set={quote(name): F.lit(value.as_py()) for name, value in values.items()})
+
+        self._evolve(update, f"filling the added column(s) {sorted(values)}")
 
 
 def merge_on_delta_spark(session: SparkSession, table_uri: str, changes: pa.Table, key_columns: list[str], *,

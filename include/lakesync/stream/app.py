@@ -398,11 +398,11 @@ class BatchApplier:
             log.warning("table %s resumes: it was re-loaded at %s after it stopped", name, entry.position_key)
 
     def _apply_schema_changes(self, events: list[SchemaChangeEvent]
-                              ) -> tuple[dict[str, _Stop], dict[str, list[tuple[str, dict[str, str]]]]]:
+                              ) -> tuple[dict[str, _Stop], dict[str, list[tuple[str, dict[str, pa.Scalar]]]]]:
         """Evolve the Delta schemas now. Returns the tables that must stop (or be re-loaded) at a DDL, and per
         table, the column fills to write once the batch's changes are merged (DDL key, values)."""
         stop_at: dict[str, _Stop] = {}
-        fills: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        fills: dict[str, list[tuple[str, dict[str, pa.Scalar]]]] = {}
         if self.watch_new_tables:
             self._join_new_tables(events)
         handoff = {t.name: t.handoff_key for t in self.by_topic.values()}

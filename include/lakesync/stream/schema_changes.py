@@ -11,8 +11,8 @@ that re-loads it, where it can't (docs/schema_changes.md has the whole table):
 * ``DROP COLUMN`` -> the Delta column stays (history keeps its values) and becomes nullable; new rows carry
   NULL in it;
 * ``MODIFY COLUMN`` to the same Arrow type (a longer or shorter VARCHAR) -> nothing to do, except that a
-  column that may now be NULL becomes nullable in Delta; to another type -> the table stops (delta-rs
-  cannot change a column's type in place);
+  column that may now be NULL becomes nullable in Delta; to another type -> the table stops (no in-place
+  type change: delta-rs, which reads every table, refuses Delta's type widening);
 * index, key (other than primary), engine, rebuild, character set and partitioning changes -> nothing;
 * ``RENAME COLUMN``, a primary-key change, ``TRUNCATE``, a table replaced by a ``RENAME TABLE`` swap (gh-ost,
   pt-online-schema-change), a statement the relay could not read -> the table stops: a re-load of that
@@ -41,20 +41,23 @@ _TYPE_ALIASES = {"boolean": ("tinyint", "tinyint(1)"), "bool": ("tinyint", "tiny
 #: The value MySQL gives existing rows for a NOT NULL column added without a DEFAULT, by Arrow type family.
 _IMPLICIT_DEFAULTS = ((pa.types.is_integer, "0"), (pa.types.is_floating, "0"), (pa.types.is_decimal, "0"),
                       (pa.types.is_string, ""), (pa.types.is_large_string, ""))
-_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
-              pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.date32(): "DATE"}
+#: The types an added column's default is written into older rows for (others stop the table: a default is
+#: copied only where the conversion of MySQL's text is known to be exact).
+_FILLABLE = (pa.types.is_signed_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
+             pa.types.is_large_string, pa.types.is_date32)
 
 
 @dataclass
 class SchemaAction:
     """What to do to one table: columns to add and fill, columns to make nullable, or why it must stop.
 
-    ``fill`` maps a new column to the SQL expression of the value MySQL gave the rows that existed at the
-    DDL (the sink writes it into the Delta rows whose position is before the DDL's).
+    ``fill`` maps a new column to the value MySQL gave the rows that existed at the DDL, typed as the column
+    (the sink writes it into the Delta rows whose position is before the DDL's; each writer renders it in its
+    own way, so a value is never SQL text one engine parses differently from the other).
     """
 
     add: list[pa.Field] = field(default_factory=list)
-    fill: dict[str, str] = field(default_factory=dict)
+    fill: dict[str, pa.Scalar] = field(default_factory=dict)
     nullable: list[str] = field(default_factory=list)
     stop_reason: str | None = None
     #: the table still exists on the source in a new shape, so a re-load brings Delta back to it
@@ -105,24 +108,20 @@ def new_snapshot_in_events(table: str, first_read: str, *, pipeline: str) -> Sch
         reload=True)
 
 
-def sql_literal(arrow_type: pa.DataType, text: str) -> str | None:
-    """``text`` (a MySQL literal default, unquoted) as a delta-rs SQL expression of ``arrow_type``, or None
-    when the value does not convert exactly (the table is then re-loaded instead of guessed)."""
+def default_value(arrow_type: pa.DataType, text: str) -> pa.Scalar | None:
+    """``text`` (a MySQL literal default, unquoted) as a value of ``arrow_type``, or None when the type is not
+    one defaults are copied for or the value does not convert exactly (the table is then re-loaded instead of
+    guessed)."""
+    if not any(is_type(arrow_type) for is_type in _FILLABLE):
+        return None
     try:
-        value = pa.array([text]).cast(arrow_type)[0].as_py()
+        return pa.array([text]).cast(arrow_type)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return "'" + str(value).replace("'", "''") + "'"
-    if pa.types.is_decimal(arrow_type):
-        return f"CAST('{value}' AS DECIMAL({arrow_type.precision}, {arrow_type.scale}))"
-    if arrow_type in _SQL_TYPES:
-        return f"CAST('{value}' AS {_SQL_TYPES[arrow_type]})"
-    return None
 
 
-def _fill_value(change: dict, new_field: pa.Field) -> tuple[str | None, str | None]:
-    """(SQL value for the existing rows or None, reason to stop instead)."""
+def _fill_value(change: dict, new_field: pa.Field) -> tuple[pa.Scalar | None, str | None]:
+    """(the value for the existing rows or None, reason to stop instead)."""
     default = change.get("default") or {}
     if "expression" in default:
         return None, f"column {new_field.name!r} was added with the default {default['expression']}"
@@ -133,10 +132,10 @@ def _fill_value(change: dict, new_field: pa.Field) -> tuple[str | None, str | No
             return None, f"column {new_field.name!r} was added NOT NULL without a default"
     if text is None:
         return None, None
-    literal = sql_literal(new_field.type, text)
-    if literal is None:
+    value = default_value(new_field.type, text)
+    if value is None:
         return None, f"column {new_field.name!r} was added with the default {text!r}"
-    return literal, None
+    return value, None
 
 
 def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
@@ -183,10 +182,10 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
         stop = None
         if kind == "add" and column not in names:
             new_field = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).with_nullable(True)
-            literal, stop = _fill_value(change, new_field)
+            value, stop = _fill_value(change, new_field)
             action.add.append(new_field)
-            if literal is not None:
-                action.fill[column] = literal
+            if value is not None:
+                action.fill[column] = value
         elif kind == "drop" and column in names and not current.field(column).nullable:
             action.nullable.append(column)
         elif kind == "modify" and column in names:
