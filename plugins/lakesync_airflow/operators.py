@@ -234,7 +234,7 @@ class MaintenanceOperator(BaseOperator):
         from deltalake import DeltaTable
 
         from lakesync.full_load.state import LoadState
-        from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+        from lakesync.sink.tombstones import tombstone_store
         from lakesync.source.schema import selected_tables
 
         hook = LakesyncHook(self.pipeline)
@@ -260,7 +260,8 @@ class MaintenanceOperator(BaseOperator):
                 self.log.error("maintenance of %s failed: %s", name, exc)
                 failed[name] = exc
                 continue
-            purged = TombstoneStore(tombstone_uri(uri), key_columns=[], storage_options=options).purge(cutoff_ms)
+            purged = tombstone_store(uri, key_columns=[], storage_options=options,
+                                     writer=pipeline.delta.writer).purge(cutoff_ms)
             report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(), **steps,
                       "tombstones_purged": purged}
             self.log.info("%s", report)

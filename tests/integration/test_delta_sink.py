@@ -250,8 +250,9 @@ def test_add_columns_then_apply_rows_with_the_new_column(tmp_path, writer):
 
 def test_a_default_is_filled_into_older_rows_exactly_and_a_dropped_not_null_column_takes_null(tmp_path, writer):
     """The stream's in-place DDL steps with each writer: the source's default (text with a quote, a backslash
-    and what looks like SQL; an exact decimal) reaches exactly the rows older than the DDL, and a NOT NULL
-    column the source dropped accepts the NULLs of newer rows."""
+    and what looks like SQL; exact decimals, one whose text Python writes as 0E-10) reaches exactly the rows
+    older than the DDL, a NOT NULL column the source dropped accepts the NULLs of newer rows, and a column
+    dropped and added again without a default gets NULL in the older rows."""
     from decimal import Decimal
 
     strict = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string(), nullable=False)])
@@ -261,20 +262,24 @@ def test_a_default_is_filled_into_older_rows_exactly_and_a_dropped_not_null_colu
     note, amount = "it's a \\ test'); DROP TABLE x; --", Decimal("1.50")
     sink.apply_changes(change_table([(3, "c2", 6000, "u")]), app_id="s", batch_version=0)
 
-    sink.add_columns([pa.field("note", pa.string()), pa.field("amount", pa.decimal128(10, 2))])
-    sink.fill_columns({"note": pa.scalar(note), "amount": pa.scalar(amount, pa.decimal128(10, 2))},
+    rate = pa.scalar(Decimal("0E-10"), pa.decimal128(20, 10))
+    sink.add_columns([pa.field("note", pa.string()), pa.field("amount", pa.decimal128(10, 2)),
+                      pa.field("rate", rate.type)])
+    sink.fill_columns({"note": pa.scalar(note), "amount": pa.scalar(amount, pa.decimal128(10, 2)), "rate": rate},
                       before_position=pos(6100))
     sink.fill_columns({"note": pa.scalar(note)}, before_position=pos(6100))  # a replayed batch: the same again
     sink.make_nullable(["name", "id"])
     sink.make_nullable(["name"])  # replayed: nothing left to do
-    wider = pa.schema([*SCHEMA, ("note", pa.string()), ("amount", pa.decimal128(10, 2))])
-    sink.apply_changes(change_table([(4, None, "new", Decimal("2.00"), 6200, "c")], wider), app_id="s",
-                       batch_version=1)
+    sink.fill_columns({"name": pa.scalar(None, pa.string())}, before_position=pos(5999))  # dropped, added again
+    wider = pa.schema([*SCHEMA, ("note", pa.string()), ("amount", pa.decimal128(10, 2)), ("rate", rate.type)])
+    sink.apply_changes(change_table([(4, None, "new", Decimal("2.00"), Decimal("0.5"), 6200, "c")], wider),
+                       app_id="s", batch_version=1)
 
     table = read(sink.table_uri)
-    rows = {r["id"]: (r["name"], r["note"], r["amount"]) for r in table.to_pylist()}
-    assert rows == {1: ("a", note, amount), 2: ("b", note, amount), 3: ("c2", note, amount),
-                    4: (None, "new", Decimal("2.00"))}
+    rows = {r["id"]: (r["name"], r["note"], r["amount"], r["rate"]) for r in table.to_pylist()}
+    zero = Decimal("0E-10")
+    assert rows == {1: (None, note, amount, zero), 2: (None, note, amount, zero), 3: ("c2", note, amount, zero),
+                    4: (None, "new", Decimal("2.00"), Decimal("0.5"))}
     assert table.schema.field("name").nullable and not table.schema.field("id").nullable  # the key stays NOT NULL
 
 

@@ -182,3 +182,26 @@ def test_schema_changes_are_delta_spark_commits_and_a_reload_works_on_a_table_wi
                                  POS: [reloaded.with_row(1).key()], OP: ["u"], TS: pa.array([7000], pa.int64())}),
                        app_id="stream-after-reload", batch_version=0)
     assert {r["id"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == {1: "a", 2: "b2"}
+
+
+def test_tombstones_are_delta_spark_commits_and_a_replanned_batch_adds_those_it_lacks(tmp_path, spark):
+    """A batch re-planned with more deletes under a recorded batch id (a restored checkpoint) must append the
+    tombstones the first plan lacked: with the app transaction set, Delta would skip that append silently."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    sink = loaded(tmp_path, schema, [pa.array([1, 2, 3], pa.int64()), pa.array(["a", "b", "c"])])
+
+    def deletes(*keys: int) -> pa.Table:
+        return pa.table({"id": pa.array(keys, pa.int64()), "name": pa.nulls(len(keys), pa.string()),
+                         POS: [pos(6000 + key) for key in keys], OP: ["d"] * len(keys),
+                         TS: pa.array([6000 + key for key in keys], pa.int64())})
+
+    sink.tombstones.record(deletes(1), app_id="stream", batch_version=0)  # the first plan, then a crash
+    sink.apply_changes(deletes(1, 2), app_id="stream", batch_version=0)  # batch 0 re-planned with more
+
+    tombstones = read_delta_table(sink.tombstones.uri)
+    assert sorted(tombstones.column("id").to_pylist()) == [1, 2]  # each once, none skipped
+    infos = [a["commitInfo"] for a in commits(sink.tombstones.uri) if "commitInfo" in a]
+    assert infos and all("Delta-Lake" in info.get("engineInfo", "") for info in infos), infos
+    assert {r["id"] for r in read_delta_table(sink.table_uri).to_pylist()} == {3}
+    assert sink.purge_tombstones(older_than_ms=6002) == 1  # a delta-spark DELETE, its count from Spark
+    assert read_delta_table(sink.tombstones.uri).column("id").to_pylist() == [2]

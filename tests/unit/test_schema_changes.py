@@ -30,10 +30,20 @@ def test_add_column_becomes_a_nullable_field_of_the_mapped_type():
         ("fee", pa.decimal128(10, 2), True), ("flag", pa.int8(), True)]
 
 
-def test_adding_a_column_the_table_already_has_changes_nothing():
-    action = plan_schema_change(event("alter_table", [{"change": "add", "column": "name", "type": "VARCHAR(20)"}]),
-                                CURRENT, pipeline="demo")
-    assert action.add == [] and action.stop_reason is None
+def test_adding_a_column_the_table_already_has_fills_its_default_or_null_again_and_another_type_stops():
+    """Delta has the column already when the DDL is replayed after its batch died before the fill, or when the
+    source dropped the column (Delta kept it, with its old values) and added it again: MySQL gave every row
+    the default, or NULL."""
+    def added(definition: dict):
+        return plan_schema_change(event("alter_table", [{"change": "add", "column": "name", **definition}]),
+                                  CURRENT, pipeline="demo")
+
+    plain = added({"type": "VARCHAR(20)"})
+    assert plain.add == [] and plain.stop_reason is None and plain.fill["name"].equals(pa.scalar(None, pa.string()))
+    with_default = added({"type": "VARCHAR(20)", "default": {"value": "x"}})
+    assert with_default.add == [] and with_default.fill["name"].equals(pa.scalar("x"))
+    other_type = added({"type": "INT"})
+    assert "added again as INT" in other_type.stop_reason and other_type.fill == {}
 
 
 def test_a_longer_varchar_needs_nothing_but_a_new_type_stops_the_table():
@@ -76,6 +86,8 @@ STRICT = pa.schema([pa.field("id", pa.int64(), False), pa.field("name", pa.strin
      "CAST('1.50' AS DECIMAL(10, 2))"),
     ({"type": "INT", "not_null": True}, pa.scalar(0, pa.int32()), "CAST('0' AS INT)"),  # MySQL's implicit default
     ({"type": "VARCHAR(3)", "not_null": True}, pa.scalar(""), "''"),
+    ({"type": "DECIMAL(20,10)", "not_null": True}, pa.scalar(Decimal("0E-10"), pa.decimal128(20, 10)),
+     "CAST('0.0000000000' AS DECIMAL(20, 10))"),  # plain notation: DataFusion refuses 0E-10
 ])
 def test_an_added_column_with_a_default_fills_the_rows_that_existed(definition, value, sql):
     action = plan_schema_change(event("alter_table", [{"change": "add", "column": "n", **definition}]),

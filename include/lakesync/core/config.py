@@ -125,8 +125,8 @@ class Delta(_Strict):
         "copy-on-write) or 'delta_spark' (in Spark's JVM, with deletion vectors; the path that scales out, not the "
         "default: its MERGE is slower on small machines). With 'delta_spark' the stream's batches, the full "
         "load's commit of each table, the settlement's commit and the maintenance task (OPTIMIZE, purging "
-        "deletion vectors, VACUUM) run on delta-spark, and so do the schema changes the stream follows in place; "
-        "the tombstone side tables write with delta-rs either way. The first delta-spark write of a table "
+        "deletion vectors, VACUUM) run on delta-spark, and so do the schema changes the stream follows in place "
+        "and the tombstone side tables: delta-rs only reads. The first delta-spark write of a table "
         "switches its deletion vectors on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column "
         "names with a backtick, a space or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\").",
     )

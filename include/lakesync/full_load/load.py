@@ -39,15 +39,15 @@ from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection, mysql_connection
 from lakesync.core.errors import ConfigError, SinkError, SourceError
 from lakesync.core.positions import SourcePosition
-from lakesync.core.table_layout import POS, table_semantics, with_lakesync_columns
+from lakesync.core.table_layout import POS, with_lakesync_columns
 from lakesync.full_load.chunk_runners import KEYLESS_BATCH_ROWS, ChunkRunner, ChunkTask, ThreadChunkRunner
 from lakesync.full_load.key_ranges import range_from_json, range_to_json
 from lakesync.full_load.layout import RowTagger
 from lakesync.full_load.parquet_writer import write_part
 from lakesync.full_load.source_errors import read_errors
 from lakesync.full_load.state import ChunkDone, LoadState, position_from_json, position_to_json, utc_now
-from lakesync.sink.delta import DeltaSink
 from lakesync.sink.snapshot import snapshot_commit
+from lakesync.sink.tombstones import tombstone_store
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, with_attempt
 from lakesync.source.schema import list_tables
 from lakesync.source.server_checks import check_binlog_settings, current_position
@@ -361,9 +361,8 @@ class FullLoad:
         else:
             version = self._commit_parts_on_delta_rs(name, uri, arrow_schema, parts, position, mode=mode,
                                                      now_ms=now_ms)
-        semantics = table_semantics(self.pipeline.tables.settings_for(name).semantics, shape.has_key)
-        DeltaSink(uri, key_columns=list(shape.key_columns), semantics=semantics,
-                  storage_options=storage_options).tombstones.clear()
+        tombstone_store(uri, key_columns=list(shape.key_columns), storage_options=storage_options,
+                        writer=self.pipeline.delta.writer).clear()
         # The stream merges by this key; the state file is where it reads it (delta-rs refuses custom properties).
         self.state.table(name).key_columns = list(shape.key_columns) if shape.has_key else []
         return version

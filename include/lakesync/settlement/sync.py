@@ -48,7 +48,7 @@ from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, s
 from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.spark_writes import delta_conflicts
-from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+from lakesync.sink.tombstones import tombstone_store
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
 from lakesync.source import queries
 from lakesync.source.schema import read_key_columns, read_table_columns
@@ -273,7 +273,7 @@ def _commit(uri: str, pipeline: Pipeline, table: DeltaTable | None, changes: pa.
     options = pipeline.delta.storage_options or None
     is_delete = pc.equal(changes.column(OP), pa.scalar(DELETE_OP))
     deletes, upserts = changes.filter(is_delete), changes.filter(pc.invert(is_delete))
-    tombstones = TombstoneStore(tombstone_uri(uri), key_columns=key, storage_options=options)
+    tombstones = tombstone_store(uri, key_columns=key, storage_options=options, writer=pipeline.delta.writer)
     txn = properties.app_transactions[0]  # type: ignore[index]
     by_spark = pipeline.delta.writer == "delta_spark"
 

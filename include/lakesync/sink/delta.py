@@ -44,7 +44,7 @@ from lakesync.sink.conform import check_not_reserved, conform
 from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
-from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
+from lakesync.sink.tombstones import tombstone_store
 from lakesync.sink.writer import ATTEMPT_KEY, TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,9 @@ class DeltaSink:
     every change with its op and position, at-least-once, and leaves de-duplication to readers.
     """
 
+    #: the ``delta.writer`` this class is (its tombstone table is written by the same writer)
+    writer = "delta_rs"
+
     def __init__(
         self,
         table_uri: str,
@@ -113,9 +116,8 @@ class DeltaSink:
         self.key_columns = list(key_columns)
         self.semantics = semantics
         self._storage_options = storage_options
-        self.tombstones = TombstoneStore(
-            tombstone_uri(table_uri), key_columns=self.key_columns, storage_options=storage_options
-        )
+        self.tombstones = tombstone_store(table_uri, key_columns=self.key_columns, storage_options=storage_options,
+                                          writer=self.writer)
 
     # -- reading the table's state ------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import DeltaError
 
-from lakesync.core.errors import SchemaChangeError
+from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import POS
 from lakesync.sink.merge import quote
 from lakesync.sink.writer import commit_with_retry, with_attempt
@@ -41,14 +41,22 @@ _SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", p
 
 def sql_literal(value: pa.Scalar) -> str:
     """``value`` as a delta-rs (DataFusion) SQL expression of its type: text quoted with doubled quotes (no
-    backslash escapes), a decimal with its precision and scale, other types cast from their text."""
-    if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
-        return "'" + str(value.as_py()).replace("'", "''") + "'"
+    backslash escapes), a decimal in plain notation (DataFusion refuses ``0E-10``) with its precision and
+    scale, other types cast from their text, NULL as a typed NULL."""
     if pa.types.is_decimal(value.type):
-        return f"CAST('{value.as_py()}' AS DECIMAL({value.type.precision}, {value.type.scale}))"
+        text = None if value.as_py() is None else format(value.as_py(), "f")
+        return _cast(text, f"DECIMAL({value.type.precision}, {value.type.scale})")
+    if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
+        return _cast(value.as_py(), "VARCHAR")
     if value.type in _SQL_TYPES:
-        return f"CAST('{value.as_py()}' AS {_SQL_TYPES[value.type]})"
+        return _cast(None if value.as_py() is None else str(value.as_py()), _SQL_TYPES[value.type])
     raise SchemaChangeError(f"no delta-rs SQL literal for a default of type {value.type}")
+
+
+def _cast(text: str | None, sql_type: str) -> str:
+    """``text`` as a SQL string literal (quotes doubled) cast to ``sql_type``; NULL cast to it for None."""
+    quoted = "NULL" if text is None else "'" + text.replace("'", "''") + "'"
+    return quoted if sql_type == "VARCHAR" and text is not None else f"CAST({quoted} AS {sql_type})"
 
 
 def fill_columns(table: DeltaTable, values: dict[str, pa.Scalar], *, before_position: str, uri: str) -> None:
@@ -68,5 +76,7 @@ def fill_columns(table: DeltaTable, values: dict[str, pa.Scalar], *, before_posi
 
     try:
         commit_with_retry(step, what="filling added columns", table_uri=uri)
-    except DeltaError as exc:
+    except SinkError:  # lost the commit race every time: the batch fails and is retried whole
+        raise
+    except Exception as exc:  # DeltaError, or DataFusion's plain Exception for an expression it refuses
         raise SchemaChangeError(f"could not fill the added column(s) {sorted(values)} of {uri}: {exc}") from exc

@@ -50,7 +50,7 @@ from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
-from lakesync.sink.writer import commit_with_retry, delta_arrow_schema
+from lakesync.sink.writer import ATTEMPT_KEY, commit_with_retry, delta_arrow_schema
 from lakesync.spark.storage import hadoop_s3a_conf, spark_path
 
 if TYPE_CHECKING:
@@ -209,6 +209,8 @@ def make_writable(table: DeltaTable, table_uri: str, session: SparkSession) -> N
 class SparkDeltaSink(DeltaSink):
     """A :class:`DeltaSink` whose batch commits are made by delta-spark (see the module docstring)."""
 
+    writer = "delta_spark"
+
     def __init__(self, table_uri: str, **kwargs: Any) -> None:
         super().__init__(table_uri, **kwargs)
         self._session: SparkSession | None = None
@@ -268,28 +270,35 @@ class SparkDeltaSink(DeltaSink):
 
     # -- schema changes the stream follows in place (docs/schema_changes.md) ---------------------------------
 
-    def _evolve(self, work: Callable[[SparkSession], object], what: str) -> None:
-        """One schema step committed by delta-spark, on a table made writable first (a DDL can come before the
-        table's first batch): a lost commit race is retried; any other failure is a :class:`SchemaChangeError`,
-        which stops (or re-loads) this table only, as the delta-rs steps do."""
-        self.prepare_to_write(self._open())
+    def _evolve(self, work: Callable[[SparkSession, int], object], what: str) -> None:
+        """One schema step committed by delta-spark (``work(session, attempt)``), on a table made writable first
+        (a DDL can come before the table's first batch): a lost commit race is retried; any other failure is a
+        :class:`SchemaChangeError`, which re-loads (or stops) this table only, as with delta-rs. A re-load is
+        the safe side: a schema step that failed half-way is not left for a replay to find done."""
 
         def step(attempt: int) -> None:
             try:
-                run_on_delta_spark(lambda: work(self.session()), what, self.table_uri)
+                self.prepare_to_write(self._open())
+                run_on_delta_spark(lambda: work(self.session(), attempt), what, self.table_uri)
             except SinkError as exc:
-                raise SchemaChangeError(exc.message) from exc
+                raise SchemaChangeError(exc.message, hint=exc.hint) from exc
 
         commit_with_retry(step, what=what, table_uri=self.table_uri, conflicts=delta_conflicts())
 
-    def _alter(self, clause: str) -> Callable[[SparkSession], object]:
+    def _alter(self, clause: str) -> Callable[[SparkSession, int], object]:
         table = f"delta.{quote(spark_path(self.table_uri))}"
-        return lambda session: session.sql(f"ALTER TABLE {table} {clause}")
+        return lambda session, attempt: session.sql(f"ALTER TABLE {table} {clause}")
 
     def _commit_added_columns(self, table: DeltaTable, fields: list[pa.Field]) -> None:
         """``ALTER TABLE ... ADD COLUMNS``, each column with the Delta type delta-rs would give its Arrow type."""
         from pyspark.sql.pandas.types import from_arrow_type
 
+        refused = refused_names(pa.schema(fields))
+        if refused:  # added, the table could no longer be written by delta-spark: every later batch would fail
+            raise SchemaChangeError(f"{self.table_uri}: the source added column(s) {refused}, whose names delta-spark "
+                                    "can't write (a backtick, a space or one of ,;{}()=)",
+                                    hint="set delta.writer: delta_rs for this pipeline (it writes such names), or "
+                                         "rename the columns at the source")
         columns = ", ".join(f"{quote(field.name)} {from_arrow_type(field.type, prefer_timestamp_ntz=True).simpleString()}"
                             for field in fields)
         self._evolve(self._alter(f"ADD COLUMNS ({columns})"), f"adding {[field.name for field in fields]}")
@@ -308,8 +317,9 @@ class SparkDeltaSink(DeltaSink):
         from delta.tables import DeltaTable as SparkDeltaTable
         from pyspark.sql import functions as F
 
-        def update(session: SparkSession) -> None:
-            metadata = {USER_METADATA: json.dumps({"lakesync.operation": "fill_added_columns"})}
+        def update(session: SparkSession, attempt: int) -> None:
+            metadata = {USER_METADATA: json.dumps({"lakesync.operation": "fill_added_columns",
+                                                   ATTEMPT_KEY: str(attempt)})}
             with session_settings(session, metadata):
                 SparkDeltaTable.forPath(session, spark_path(self.table_uri)).update(
                     condition=F.col(quote(POS)) < F.lit(before_position),

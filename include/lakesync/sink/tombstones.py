@@ -75,6 +75,13 @@ class TombstoneStore:
         rows = deletes.select([*self.key_columns, POS]).append_column(
             pa.field(DELETED_MS, pa.int64()), deletes.column(TS).cast(pa.int64())
         )
+        self._append(rows, app_id=app_id, batch_version=batch_version, new_work=committed is None or
+                     committed < batch_version)
+        return rows.num_rows
+
+    def _append(self, rows: pa.Table, *, app_id: str, batch_version: int, new_work: bool) -> None:
+        """The append of :meth:`record`, by delta-rs, tagged with ``(app_id, batch_version)`` (delta-rs records an
+        equal version again, so the tag goes on also when the batch id was recorded before)."""
         try:
             write_deltalake(
                 self.uri,
@@ -88,7 +95,6 @@ class TombstoneStore:
             )
         except DeltaError as exc:
             raise SinkError(f"could not record {rows.num_rows} tombstone(s) in {self.uri}: {exc}") from exc
-        return rows.num_rows
 
     def matching(self, keys: pa.Table) -> pa.Table:
         """The tombstones (key columns and position) of the keys in ``keys``.
@@ -114,25 +120,34 @@ class TombstoneStore:
 
     def clear(self) -> int:
         """Delete every tombstone (after a new snapshot, see :meth:`lakesync.sink.DeltaSink.write_snapshot`)."""
-        table = self._open()
-        if table is None:
-            return 0
-        try:
-            metrics = table.delete()
-        except DeltaError as exc:
-            raise SinkError(f"could not clear the tombstones in {self.uri}: {exc}") from exc
-        return int(metrics.get("num_deleted_rows", 0))
+        return self._delete(older_than_ms=None)
 
     def purge(self, older_than_ms: int) -> int:
         """Delete tombstones of deletes that happened at the source before ``older_than_ms``.
 
         Only safe once no change older than that can still arrive (Kafka retention, stream lag).
         """
+        return self._delete(older_than_ms=int(older_than_ms))
+
+    def _delete(self, *, older_than_ms: int | None) -> int:
+        """Delete the tombstones older than ``older_than_ms`` (all with None) by delta-rs; returns how many (0
+        when there is no tombstone table yet)."""
         table = self._open()
         if table is None:
             return 0
+        what = "clear the tombstones" if older_than_ms is None else "purge tombstones"
         try:
-            metrics = table.delete(f"{quote(DELETED_MS)} < {int(older_than_ms)}")
+            metrics = table.delete(None if older_than_ms is None else f"{quote(DELETED_MS)} < {older_than_ms}")
         except DeltaError as exc:
-            raise SinkError(f"could not purge tombstones in {self.uri}: {exc}") from exc
+            raise SinkError(f"could not {what} in {self.uri}: {exc}") from exc
         return int(metrics.get("num_deleted_rows", 0))
+
+
+def tombstone_store(table_uri: str, *, key_columns: list[str], storage_options: dict[str, str] | None,
+                    writer: str) -> TombstoneStore:
+    """The tombstone table of ``table_uri``, written by the pipeline's ``delta.writer``."""
+    if writer == "delta_spark":
+        from lakesync.sink.spark_tombstones import SparkTombstoneStore
+
+        return SparkTombstoneStore(tombstone_uri(table_uri), key_columns=key_columns, storage_options=storage_options)
+    return TombstoneStore(tombstone_uri(table_uri), key_columns=key_columns, storage_options=storage_options)

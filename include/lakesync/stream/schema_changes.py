@@ -7,7 +7,9 @@ that re-loads it, where it can't (docs/schema_changes.md has the whole table):
 * ``ADD COLUMN`` -> the column is added to the Delta table (nullable); when MySQL fills the rows that exist
   with a value (an explicit literal ``DEFAULT``, or the implicit 0 / '' of a ``NOT NULL`` number or text
   column), the same value is written into the Delta rows whose last change came before the DDL;
-  a default that is an expression (``CURRENT_TIMESTAMP``) stops the table;
+  a default that is an expression (``CURRENT_TIMESTAMP``) stops the table. A column Delta has already (the
+  DDL replayed after its batch died before the fill, or a column dropped and added again, whose old values
+  Delta kept) gets its default, or NULL, written into those rows again; with another type the table stops;
 * ``DROP COLUMN`` -> the Delta column stays (history keeps its values) and becomes nullable; new rows carry
   NULL in it;
 * ``MODIFY COLUMN`` to the same Arrow type (a longer or shorter VARCHAR) -> nothing to do, except that a
@@ -180,11 +182,19 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
         kind = change.get("change")
         column = str(change.get("column") or "")  # empty for table-level clauses (primary_key)
         stop = None
-        if kind == "add" and column not in names:
+        if kind == "add":
             new_field = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).with_nullable(True)
             value, stop = _fill_value(change, new_field)
-            action.add.append(new_field)
-            if value is not None:
+            if column not in names:
+                action.add.append(new_field)
+            elif new_field.type != current.field(column).type:
+                stop = (f"column {column!r} was added again as {change.get('type')} ({new_field.type}), which the "
+                        "Delta table cannot follow in place")
+            elif value is None and stop is None:
+                # in Delta already: a replayed DDL whose batch died before its fill, or a column dropped and added
+                # again (Delta kept its old values); MySQL gave every existing row the default, or NULL
+                value = pa.scalar(None, new_field.type)
+            if value is not None and stop is None:
                 action.fill[column] = value
         elif kind == "drop" and column in names and not current.field(column).nullable:
             action.nullable.append(column)

@@ -1,0 +1,93 @@
+"""The tombstone side tables written by delta-spark (``delta.writer: delta_spark``).
+
+:class:`SparkTombstoneStore` is :class:`~lakesync.sink.tombstones.TombstoneStore` with its two writes made by
+delta-spark: the append of a batch's tombstones and the DELETE that clears or purges them. What is written
+stays the base class's (which tombstones a replayed batch still lacks); reading them stays delta-rs's (it
+reads deletion vectors). Two differences decided here:
+
+* **The app transaction only for new work.** delta-rs records an equal ``(app_id, version)`` again; Delta
+  skips, silently, a write whose ``txnVersion`` is not above the recorded one. A replay that appends the
+  tombstones the first attempt lacked therefore writes with no app transaction (the base class has already
+  left out those recorded), or its rows would vanish.
+* **The table made writable by delta-spark first** (:func:`lakesync.sink.spark_writes.make_writable`): a
+  tombstone table delta-rs created may lack writer features delta-spark needs (NOT NULL key columns).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lakesync.core.table_layout import DELETED_MS
+from lakesync.sink.merge import quote
+from lakesync.sink.spark_writes import (
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+    append_on_delta_spark,
+    create_on_delta_spark,
+    delta_conflicts,
+    delta_spark_session,
+    make_writable,
+    run_on_delta_spark,
+    session_settings,
+)
+from lakesync.sink.tombstones import TombstoneStore
+from lakesync.sink.writer import commit_with_retry
+from lakesync.spark.storage import spark_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SparkTombstoneStore(TombstoneStore):
+    """A :class:`TombstoneStore` whose appends and deletes are delta-spark commits (module docstring)."""
+
+    def __init__(self, uri: str, *, key_columns: list[str], storage_options: dict[str, str] | None = None):
+        super().__init__(uri, key_columns=key_columns, storage_options=storage_options)
+        self._session: SparkSession | None = None
+
+    def _writable_session(self) -> SparkSession:
+        """The store's own session (the app transaction settings are session-wide), with the table, when it
+        exists, made writable by delta-spark."""
+        if self._session is None:
+            self._session = delta_spark_session(self._storage_options)
+        table = self._open()
+        if table is not None:
+            make_writable(table, self.uri, self._session)
+        return self._session
+
+    def _append(self, rows: pa.Table, *, app_id: str, batch_version: int, new_work: bool) -> None:
+        session = self._writable_session()
+        settings = {USER_METADATA: json.dumps({"lakesync.operation": "tombstones"})}
+        if new_work:
+            settings |= {TXN_APP_ID: app_id, TXN_VERSION: str(batch_version)}
+        exists = self._open() is not None
+
+        def append() -> None:
+            with session_settings(session, settings):
+                if exists:
+                    append_on_delta_spark(session, self.uri, rows)
+                else:
+                    create_on_delta_spark(session, self.uri, rows, {})
+
+        run_on_delta_spark(append, f"recording {rows.num_rows} tombstone(s)", self.uri)
+
+    def _delete(self, *, older_than_ms: int | None) -> int:
+        """``DELETE FROM`` the tombstone table (the integer bound is the only value in its text), retried on a
+        lost commit race (the stream appends while maintenance purges); returns Spark's affected-row count."""
+        if self._open() is None:
+            return 0
+        session = self._writable_session()
+        where = "" if older_than_ms is None else f" WHERE {quote(DELETED_MS)} < {int(older_than_ms)}"
+        statement = f"DELETE FROM delta.{quote(spark_path(self.uri))}{where}"
+        what = "clearing the tombstones" if older_than_ms is None else "purging tombstones"
+
+        def delete(attempt: int) -> int:
+            with session_settings(session, {USER_METADATA: json.dumps({"lakesync.operation": what})}):
+                row = run_on_delta_spark(lambda: session.sql(statement).first(), what, self.uri)
+            return int(row[0]) if row is not None and row[0] is not None else 0
+
+        return commit_with_retry(delete, what=what, table_uri=self.uri, conflicts=delta_conflicts())
