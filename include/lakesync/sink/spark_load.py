@@ -23,7 +23,8 @@ After the write the table must record the position and this load's commit, or th
 
 What it costs (docs/sink.md, "The full load on delta-spark"): the rows are written twice (by the reader, then by
 Spark: the load takes 3-4x as long as with the delta-rs commit, docs/full_load.md "Performance"), and the
-source's NOT NULL columns arrive nullable in Delta (Spark reads files as nullable).
+source's NOT NULL columns arrive nullable in Delta (every DataFrame write to Delta makes its schema nullable;
+NOT NULL would take a DDL commit of its own: docs/sink.md).
 """
 
 from __future__ import annotations
