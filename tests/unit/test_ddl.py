@@ -29,6 +29,11 @@ def test_add_column_names_the_column_and_its_type() -> None:
     assert change.changes == ({"change": "add", "column": "nickname", "type": "VARCHAR(40)"},)
 
 
+def test_add_column_if_not_exists_is_marked_so_the_stream_does_not_refill_a_column_the_source_kept() -> None:
+    change = _one("ALTER TABLE accounts ADD COLUMN IF NOT EXISTS nickname VARCHAR(40)")
+    assert change.changes == ({"change": "add", "column": "nickname", "type": "VARCHAR(40)", "if_not_exists": True},)
+
+
 def test_several_actions_in_one_alter_are_all_reported() -> None:
     change = _one("ALTER TABLE `bank`.`accounts` ADD c INT, DROP COLUMN d, MODIFY COLUMN e BIGINT, RENAME COLUMN f TO g")
     assert [c["change"] for c in change.changes] == ["add", "drop", "modify", "rename"]

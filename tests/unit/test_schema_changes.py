@@ -44,6 +44,19 @@ def test_adding_a_column_the_table_already_has_fills_its_default_or_null_again_a
     assert with_default.add == [] and with_default.fill["name"].equals(pa.scalar("x"))
     other_type = added({"type": "INT"})
     assert "added again as INT" in other_type.stop_reason and other_type.fill == {}
+    assert sql_literal(plain.fill["name"]) == "NULL"
+
+
+def test_add_column_if_not_exists_of_a_column_delta_has_and_any_add_to_a_change_log_fill_nothing_again():
+    """MariaDB's IF NOT EXISTS is a no-op where the source has the column (Delta can't tell that from a column
+    dropped before); a change log keeps the values it logged."""
+    if_not_exists = plan_schema_change(event("alter_table", [{"change": "add", "column": "name", "type": "VARCHAR(20)",
+                                                              "default": {"value": "x"}, "if_not_exists": True}]),
+                                       CURRENT, pipeline="demo")
+    assert (if_not_exists.add, if_not_exists.fill, if_not_exists.stop_reason) == ([], {}, None)
+    change_log = plan_schema_change(event("alter_table", [{"change": "add", "column": "name", "type": "VARCHAR(20)"}]),
+                                    CURRENT, pipeline="demo", keeps_history=True)
+    assert (change_log.add, change_log.fill, change_log.stop_reason) == ([], {}, None)
 
 
 def test_a_longer_varchar_needs_nothing_but_a_new_type_stops_the_table():

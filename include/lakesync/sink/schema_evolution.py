@@ -42,21 +42,21 @@ _SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", p
 def sql_literal(value: pa.Scalar) -> str:
     """``value`` as a delta-rs (DataFusion) SQL expression of its type: text quoted with doubled quotes (no
     backslash escapes), a decimal in plain notation (DataFusion refuses ``0E-10``) with its precision and
-    scale, other types cast from their text, NULL as a typed NULL."""
+    scale, other types cast from their text, NULL as NULL (the UPDATE gives it the column's type, whatever it is)."""
+    if not value.is_valid:
+        return "NULL"
     if pa.types.is_decimal(value.type):
-        text = None if value.as_py() is None else format(value.as_py(), "f")
-        return _cast(text, f"DECIMAL({value.type.precision}, {value.type.scale})")
+        return f"CAST({_quoted(format(value.as_py(), 'f'))} AS DECIMAL({value.type.precision}, {value.type.scale}))"
     if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
-        return _cast(value.as_py(), "VARCHAR")
+        return _quoted(value.as_py())
     if value.type in _SQL_TYPES:
-        return _cast(None if value.as_py() is None else str(value.as_py()), _SQL_TYPES[value.type])
+        return f"CAST({_quoted(str(value.as_py()))} AS {_SQL_TYPES[value.type]})"
     raise SchemaChangeError(f"no delta-rs SQL literal for a default of type {value.type}")
 
 
-def _cast(text: str | None, sql_type: str) -> str:
-    """``text`` as a SQL string literal (quotes doubled) cast to ``sql_type``; NULL cast to it for None."""
-    quoted = "NULL" if text is None else "'" + text.replace("'", "''") + "'"
-    return quoted if sql_type == "VARCHAR" and text is not None else f"CAST({quoted} AS {sql_type})"
+def _quoted(text: str) -> str:
+    """``text`` as a SQL string literal: quotes doubled, no backslash escapes (DataFusion's rule)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def fill_columns(table: DeltaTable, values: dict[str, pa.Scalar], *, before_position: str, uri: str) -> None:

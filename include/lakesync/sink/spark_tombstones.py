@@ -80,12 +80,12 @@ class SparkTombstoneStore(TombstoneStore):
         lost commit race (the stream appends while maintenance purges); returns Spark's affected-row count."""
         if self._open() is None:
             return 0
-        session = self._writable_session()
         where = "" if older_than_ms is None else f" WHERE {quote(DELETED_MS)} < {int(older_than_ms)}"
         statement = f"DELETE FROM delta.{quote(spark_path(self.uri))}{where}"
         what = "clearing the tombstones" if older_than_ms is None else "purging tombstones"
 
         def delete(attempt: int) -> int:
+            session = self._writable_session()  # inside the retry: its one-time protocol change may race too
             with session_settings(session, {USER_METADATA: json.dumps({"lakesync.operation": what})}):
                 row = run_on_delta_spark(lambda: session.sql(statement).first(), what, self.uri)
             return int(row[0]) if row is not None and row[0] is not None else 0

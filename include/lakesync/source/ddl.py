@@ -114,7 +114,7 @@ def _table_name(table: exp.Table, default_db: str) -> tuple[str, str]:
 
 
 def _column_def(column: exp.ColumnDef) -> dict[str, Any]:
-    """Name and type; ``not_null`` and ``default`` only when the definition has them.
+    """Name and type; ``not_null``, ``default`` and ``if_not_exists`` only when the definition has them.
 
     ``default`` is ``{"value": text}`` for a literal (numbers as written, strings unquoted) or
     ``{"expression": sql}`` for anything else (``CURRENT_TIMESTAMP``): MySQL fills the rows that exist when
@@ -122,6 +122,8 @@ def _column_def(column: exp.ColumnDef) -> dict[str, Any]:
     """
     kind = column.args.get("kind")
     out: dict[str, Any] = {"column": column.name, "type": kind.sql("mysql") if kind is not None else None}
+    if column.args.get("exists"):  # MariaDB's ADD COLUMN IF NOT EXISTS: a no-op where the column exists
+        out["if_not_exists"] = True
     for constraint in column.args.get("constraints") or []:
         detail = constraint.args.get("kind")
         if isinstance(detail, exp.NotNullColumnConstraint) and not detail.args.get("allow_null"):

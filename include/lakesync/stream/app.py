@@ -414,7 +414,8 @@ class BatchApplier:
             if table not in self.sinks or self._stopped(table) or table in stop_at or key <= handoff[table]:
                 continue  # not streamed, already stopped, or already part of the full load's schema
             action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name,
-                                        replaced=(key, table) in replaced)
+                                        replaced=(key, table) in replaced,
+                                        keeps_history=self.sinks[table].semantics == "append_log")
             if action.stop_reason:
                 stop_at[table] = _Stop(key, action.stop_reason, action.reload)
                 continue

@@ -153,11 +153,12 @@ def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
 
 
 def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline: str,
-                       replaced: bool = False) -> SchemaAction:
+                       replaced: bool = False, keeps_history: bool = False) -> SchemaAction:
     """Pure: the action one schema event asks of a table whose Delta schema is ``current``.
 
     ``replaced`` says the same statement renamed another table to this one's name (an online schema change
-    tool's swap): the table exists with a new shape, so a re-load brings it back.
+    tool's swap): the table exists with a new shape, so a re-load brings it back. ``keeps_history`` says the
+    table is a change log (``append_log``): a column it has already is never filled again.
     """
     command = resnapshot_note(pipeline, event.table)
     what = f"{event.kind.replace('_', ' ')} on the source ({event.ddl.strip()[:200]!r} at {event.position})"
@@ -190,6 +191,10 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
             elif new_field.type != current.field(column).type:
                 stop = (f"column {column!r} was added again as {change.get('type')} ({new_field.type}), which the "
                         "Delta table cannot follow in place")
+            elif change.get("if_not_exists") or keeps_history:
+                # IF NOT EXISTS changed nothing where the source has the column, and Delta can't tell that case
+                # from a column dropped before (it keeps dropped columns); a change log keeps the values it logged
+                value = None
             elif value is None and stop is None:
                 # in Delta already: a replayed DDL whose batch died before its fill, or a column dropped and added
                 # again (Delta kept its old values); MySQL gave every existing row the default, or NULL
