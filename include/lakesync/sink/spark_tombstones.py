@@ -64,14 +64,19 @@ class SparkTombstoneStore(TombstoneStore):
         settings = {USER_METADATA: json.dumps({"lakesync.operation": "tombstones"})}
         if new_work:
             settings |= {TXN_APP_ID: app_id, TXN_VERSION: str(batch_version)}
-        exists = self._open() is not None
 
         def append() -> None:
             with session_settings(session, settings):
-                if exists:
+                if self._open() is not None:
                     append_on_delta_spark(session, self.uri, rows)
-                else:
+                    return
+                try:
                     create_on_delta_spark(session, self.uri, rows, {})
+                except Exception:
+                    if self._open() is None:
+                        raise
+                    # another writer (the stream, a settlement) created the table meanwhile: append to it
+                    append_on_delta_spark(session, self.uri, rows)
 
         run_on_delta_spark(append, f"recording {rows.num_rows} tombstone(s)", self.uri)
 
