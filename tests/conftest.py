@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings
 from lakesync_devkit.dev.stack import DevStack
 
-pytest_plugins = ("tests.tier_budgets",)
+pytest_plugins = ("tests.tier_budgets", "tests.parallel_workers")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Spark's Python workers must run the venv's interpreter, or they won't find lakesync and its packages.

@@ -93,12 +93,14 @@ class MariaDBServer(LocalServer):
         if (self.datadir / "mysql").exists():
             return
         self.datadir.mkdir(parents=True, exist_ok=True)
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
             [
                 _binary("mariadb-install-db", "mysql_install_db"),
                 "--no-defaults",
                 "--user=root",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",  # passed to the bootstrap server: two installs sharing /tmp collide
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ],
