@@ -1,13 +1,12 @@
 """How pytest-xdist shares the suite out among its workers (``./quickstart.sh test`` runs three; docs/testing.md).
 
 Each worker is a pytest session of its own: its own embedded MariaDB and broker (``stack``), its own Spark
-session. Two rules keep the shared set-ups shared and the run short:
-
-* **A unit of work is a test file**, so a module's set-up (the DDL matrix's pipeline, a DAG module's Airflow
-  home) runs once, on one worker; and the whole ``production`` tier is one unit, because its files share one
-  session-scoped production shape (Spark cluster, PostgreSQL, S3 endpoint) that two workers would start twice.
-* **Units holding a test marked ``slow`` go first**, the rest in collection order: on two cores every test is
-  CPU-bound, so a long test left for the end would run alone while the other workers have finished.
+session. **A unit of work is a test file**, so a module's set-up (the DDL matrix's pipeline, a DAG module's
+Airflow home) runs once, on one worker; and the whole ``production`` tier is one unit, because its files share
+one session-scoped production shape (Spark cluster, PostgreSQL, S3 endpoint) that two workers would each start.
+Units are handed out as xdist orders them, those with the most tests first: the long tests, most of them alone
+in their file, come at the end. Starting them first was measured slower (docs/testing.md): side by side on two
+cores they slow each other down more than they slow the short tests.
 """
 
 from __future__ import annotations
@@ -27,21 +26,16 @@ def unit_of(nodeid: str) -> str:
     return path
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Units with a ``slow`` test first (stable: each unit's tests keep their order and stay together)."""
-    slow_units = {unit_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: unit_of(item.nodeid) not in slow_units)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """xdist's file scheduling with :func:`unit_of` as the unit, in collection order (xdist would otherwise
-    hand out the units with the most tests first, which puts the long single-test files last)."""
+    """For ``-n`` with xdist's default ``--dist load``: its file scheduling with :func:`unit_of` as the unit.
+    Another ``--dist`` the user asks for is left to xdist."""
+    if config.getoption("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
-    config.option.loadscopereorder = False
     return UnitScheduling(config, log)

@@ -50,10 +50,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if not _seconds:
         return
     wall = wall_seconds()
-    workers = terminalreporter.config.getoption("numprocesses", None) or 1
+    workers = terminalreporter.config.getoption("numprocesses", None) or 0
     terminalreporter.section("time of the run against its budget, and test time per tier")
     verdict = f"OVER by {wall - RUN_BUDGET_S:.0f}s" if wall > RUN_BUDGET_S else "within"
-    terminalreporter.write_line(f"wall clock {wall:.0f}s on {workers} worker(s), budget {RUN_BUDGET_S}s "
+    terminalreporter.write_line(f"wall clock {wall:.0f}s (-n {workers}), budget {RUN_BUDGET_S}s "
                                 f"on the 2-core reference machine: {verdict}")
     for tier, spent in sorted(_seconds.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{tier:<12} {_tests[tier]:>5} tests {spent:>8.0f}s of test time")

@@ -115,7 +115,6 @@ def test_three_day_backfill_lands_each_day_once(airflow, settle_pipeline, mariad
     assert _scan(str(table), ["id"]).num_rows == 15
 
 
-@pytest.mark.slow
 def test_maintenance_dag_with_delta_spark_compacts_the_settled_table_and_keeps_its_rows(airflow, settle_pipeline,
                                                                                         mariadb, fresh_database):
     """With ``delta.writer: delta_spark`` the maintenance task's commits are delta-spark's (a Spark session in

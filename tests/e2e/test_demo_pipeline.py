@@ -50,7 +50,6 @@ def test_delta_equals_source_after_full_load_and_a_burst_of_inserts_updates_and_
     _assert_keyed_tables_identical(report, demo_env)
 
 
-@pytest.mark.slow
 def test_the_main_job_through_airflow_dags_ends_with_delta_equal_to_the_source(demo_env):
     """The README's first command: relay process, full-load DAG (spark-submit load, handoff, stream, caught up,
     validate), a burst of changes, the stream DAG, validation."""

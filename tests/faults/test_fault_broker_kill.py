@@ -15,7 +15,7 @@ from lakesync.stream.app import run_stream
 from tests.faults.faultkit import FaultOutcome, FaultPipeline, Workload, kill_points, seeded_random
 from tests.faults.kafka_counts import assert_each_change_once, position_counts
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 
 def test_broker_killed_mid_transaction_and_restarted_loses_and_doubles_nothing(

@@ -17,7 +17,7 @@ from tests.faults.faultkit import (
     seeded_random,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 #: big enough that reading and writing ``transactions`` takes a few seconds, so kills land mid-table
 TRANSACTIONS = 400_000

@@ -16,7 +16,7 @@ from tests.faults.faultkit import (
     seeded_random,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 
 def _batches_started(kit: FaultPipeline) -> int:

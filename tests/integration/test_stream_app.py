@@ -120,7 +120,6 @@ def wait_for_relay(pipeline: Pipeline, target_key: str, relay: Background, timeo
 NOTE_DEFAULT = "'it''s a \\\\ note'"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("decode", "writer"), [("python", "delta_rs"), ("spark_sql", "delta_rs"),
                                                ("spark_sql", "delta_spark")])
 def test_delta_equals_source_after_streaming_under_concurrent_inserts_updates_and_deletes(

@@ -39,7 +39,7 @@ from lakesync.stream.app import run_stream
 from lakesync.stream.progress import StreamProgress
 from tests.oracle import compare_table
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.ddl_matrix, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.ddl_matrix]
 
 EQUAL, RELOAD, GONE = "equal", "reload", "gone"
 CREATE = ("CREATE TABLE {t} (id INT NOT NULL, v INT NOT NULL, s VARCHAR(20) NOT NULL, d DECIMAL(10,2) NULL, "

@@ -8,6 +8,7 @@ global ``~/airflow``. The API server listens on loopback only, and every user is
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,11 @@ from pathlib import Path
 import lakesync_devkit
 from lakesync.core.connections import SPARK_CONN_ID
 from lakesync.core.errors import StackError
+from lakesync.core.state_files import write_json_atomically
+from lakesync_devkit.dev.processes import free_port
+
+#: Where a home keeps the ports its scheduler and triggerer serve task logs on.
+LOG_PORTS_FILE = "log_server_ports.json"
 
 
 def repo_root() -> Path:
@@ -25,6 +31,22 @@ def repo_root() -> Path:
     The dev kit is installed editable from ``<repo>/devkit/lakesync_devkit``; ``$LAKESYNC_REPO`` overrides."""
     explicit = os.environ.get("LAKESYNC_REPO")
     return Path(explicit).resolve() if explicit else Path(lakesync_devkit.__file__).resolve().parents[2]
+
+
+def log_server_ports(home: Path) -> dict[str, str]:
+    """The home's log-server ports, picked free once and kept in it.
+
+    Airflow's defaults (8793 for the scheduler's task logs, 8794 for the triggerer's) are fixed: a second
+    Airflow on the machine (another stack, the test suite's parallel workers) could not serve its logs."""
+    record = home / LOG_PORTS_FILE
+    if record.exists():
+        worker, trigger = json.loads(record.read_text())
+    else:
+        worker, trigger = free_port(), free_port()
+        home.mkdir(parents=True, exist_ok=True)
+        write_json_atomically(record, [worker, trigger])
+    return {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger)}
 
 
 def airflow_env(home: str | os.PathLike[str], *, connections: dict[str, str] | None = None,
@@ -56,6 +78,7 @@ def airflow_env(home: str | os.PathLike[str], *, connections: dict[str, str] | N
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}": '{"conn_type": "spark", "host": "local[2]"}',
     }
+    env.update(log_server_ports(home_path))
     env.update(connections or {})
     return env
 

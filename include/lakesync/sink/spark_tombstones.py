@@ -49,25 +49,25 @@ class SparkTombstoneStore(TombstoneStore):
         super().__init__(uri, key_columns=key_columns, storage_options=storage_options)
         self._session: SparkSession | None = None
 
-    def _writable_session(self) -> SparkSession:
+    def _writable_session(self) -> tuple[SparkSession, bool]:
         """The store's own session (the app transaction settings are session-wide), with the table, when it
-        exists, made writable by delta-spark."""
+        exists, made writable by delta-spark; and whether the table exists (one read of its log for both)."""
         if self._session is None:
             self._session = delta_spark_session(self._storage_options)
         table = self._open()
         if table is not None:
             make_writable(table, self.uri, self._session)
-        return self._session
+        return self._session, table is not None
 
     def _append(self, rows: pa.Table, *, app_id: str, batch_version: int, new_work: bool) -> None:
-        session = self._writable_session()
+        session, exists = self._writable_session()
         settings = {USER_METADATA: json.dumps({"lakesync.operation": "tombstones"})}
         if new_work:
             settings |= {TXN_APP_ID: app_id, TXN_VERSION: str(batch_version)}
 
         def append() -> None:
             with session_settings(session, settings):
-                if self._open() is not None:
+                if exists:
                     append_on_delta_spark(session, self.uri, rows)
                     return
                 try:
@@ -90,7 +90,7 @@ class SparkTombstoneStore(TombstoneStore):
         what = "clearing the tombstones" if older_than_ms is None else "purging tombstones"
 
         def delete(attempt: int) -> int:
-            session = self._writable_session()  # inside the retry: its one-time protocol change may race too
+            session, _ = self._writable_session()  # inside the retry: its one-time protocol change may race too
             with session_settings(session, {USER_METADATA: json.dumps({"lakesync.operation": what})}):
                 row = run_on_delta_spark(lambda: session.sql(statement).first(), what, self.uri)
             return int(row[0]) if row is not None and row[0] is not None else 0
