@@ -2,8 +2,8 @@
 (docs/testing.md).
 
 The budget is wall-clock: 24.5 minutes of tests would keep CI (setup, lint and tests) within 30 minutes on the
-2-core reference machine (not met yet: docs/testing.md). A tier's figure is its tests' time (set-up, call and tear-down) summed over the parallel
-workers, so it shows where the work goes, not how long the run took. The budget is reported, not enforced by
+2-core reference machine (not met yet: docs/testing.md). A tier's figure is its tests' time (set-up, call and
+tear-down) summed over the parallel workers, so it shows where the work goes, not how long the run took. The budget is reported, not enforced by
 default: tests check behaviour and a slower machine is not a defect (speed is proven by benchmarks). With
 ``LAKESYNC_TEST_BUDGETS=enforce`` a run over its budget fails, for a machine like the reference.
 """
