@@ -62,8 +62,10 @@ class MySQLConnection:
         server and the connection id to check (never the password)."""
         import pymysql  # not at import time: DAG files import this module while Airflow parses them
 
+        from lakesync.core.mysql_client import connect_mysql
+
         try:
-            conn = pymysql.connect(**self.pymysql_kwargs(), autocommit=autocommit)
+            conn = connect_mysql(**self.pymysql_kwargs(), autocommit=autocommit)
         except pymysql.MySQLError as exc:
             raise SourceError(f"cannot connect to the source {self.describe()}: {exc}",
                               hint=f"check the Airflow connection {conn_id!r}") from exc

@@ -33,6 +33,7 @@ import pymysql
 from lakesync.core.config import Pipeline
 from lakesync.core.connections import MySQLConnection, mysql_connection
 from lakesync.core.errors import LakesyncError
+from lakesync.core.mysql_client import connect_mysql
 from lakesync.core.positions import SourcePosition, binlog_file_index
 from lakesync.full_load.state import LoadState
 from lakesync.source.server_checks import binary_logs, server_variables
@@ -152,7 +153,7 @@ def binlog_status(pipeline: Pipeline, relay: dict[str, Any], *, source: MySQLCon
         if not needed:
             return None
         settings = source or mysql_connection(pipeline)
-        conn = pymysql.connect(**settings.pymysql_kwargs(), connect_timeout=max(1, int(timeout_s)),
+        conn = connect_mysql(**settings.pymysql_kwargs(), connect_timeout=max(1, int(timeout_s)),
                                read_timeout=max(1, int(timeout_s)), autocommit=True)
         try:
             server = read_server(conn)

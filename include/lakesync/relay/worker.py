@@ -37,6 +37,7 @@ from lakesync.core.errors import (
     SourceError,
     SourceUnavailableError,
 )
+from lakesync.core.mysql_client import connect_mysql
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import (
     SCHEMA_TOPIC_TABLE,
@@ -155,7 +156,7 @@ class Relay:
 
     def _connect(self) -> Any:
         try:
-            return pymysql.connect(**self._mysql.pymysql_kwargs(), autocommit=True)
+            return connect_mysql(**self._mysql.pymysql_kwargs(), autocommit=True)
         except pymysql.err.MySQLError as exc:
             error = SourceUnavailableError if is_connection_error(exc) else SourceError
             raise error(f"cannot connect to the source {self._mysql.describe()}: {exc}") from exc

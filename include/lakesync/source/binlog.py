@@ -45,6 +45,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from lakesync.core import types as lakesync_types
 from lakesync.core.errors import BinlogPurgedError, SourceError, SourceUnavailableError
+from lakesync.core.mysql_client import connect_mysql
 from lakesync.core.positions import SourcePosition
 from lakesync.events.envelope import ChangeEvent
 from lakesync.source.binlog_rows import decode_rows, full_bitmap, row_plan
@@ -77,7 +78,7 @@ class StreamConnectedOnce:
             if self.stream_connections > 1:
                 raise pymysql.err.OperationalError(
                     CR.CR_SERVER_LOST, "the binlog stream was lost (the relay resumes from its committed progress)")
-        return pymysql.connect(**settings)
+        return connect_mysql(**settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +299,7 @@ class BinlogSource:
         if not wanted:
             return {}
         settings = {key: value for key, value in self._connection.items() if key != "database"}
-        with pymysql.connect(**settings) as conn, conn.cursor() as cur:
+        with connect_mysql(**settings) as conn, conn.cursor() as cur:
             cur.execute(_CATALOG_TYPES, (schema, table))
             return {name: data_type.lower() for name, data_type in cur.fetchall() if name in wanted}
 

@@ -35,6 +35,7 @@ from pymysql.constants import ER
 from lakesync.core.connections import MySQLConnection
 from lakesync.core.errors import SourceError
 from lakesync.core.identifiers import quote_identifier
+from lakesync.core.mysql_client import connect_mysql
 from lakesync.core.positions import SourcePosition
 from lakesync.source.server_checks import current_position, is_mariadb
 
@@ -50,7 +51,7 @@ def connect(connection: MySQLConnection, *, database: str | None = None) -> pymy
     """A source connection set up for reading: UTC session time zone (TIMESTAMP values come out in UTC),
     long ``GROUP_CONCAT``, patient network timeouts (a big chunk can take a while to consume)."""
     try:
-        conn = pymysql.connect(**connection.pymysql_kwargs(), database=database, autocommit=True,
+        conn = connect_mysql(**connection.pymysql_kwargs(), database=database, autocommit=True,
                                cursorclass=pymysql.cursors.Cursor, connect_timeout=20)
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
