@@ -10,18 +10,28 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 # How many parallel pytest workers `test` runs: LAKESYNC_TEST_WORKERS if set (0 = one process), else one more
 # than the cores (the suite waits on servers part of the time) but no more than the free memory allows at about
-# 4 GiB each (every worker starts its own MariaDB, broker and Spark); one process below two workers.
+# 4 GiB each (every worker starts its own MariaDB, broker and Spark; a container's memory limit counts); one
+# process below two workers, or when the free memory can't be read.
 test_workers() {
   if [ -n "${LAKESYNC_TEST_WORKERS:-}" ]; then echo "$LAKESYNC_TEST_WORKERS"; return; fi
-  local by_cores=$(( $(nproc) + 1 ))
-  local by_memory=$(( $(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 4194304 ))
-  local workers=$(( by_cores < by_memory ? by_cores : by_memory ))
-  echo $(( workers < 2 ? 0 : workers ))
+  local cores memory_kib limit_bytes workers
+  cores=$(nproc 2>/dev/null || echo 1)
+  memory_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || true)
+  memory_kib=${memory_kib:-0}
+  limit_bytes=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || true)
+  if [[ "$limit_bytes" =~ ^[0-9]+$ ]] && [ $(( limit_bytes / 1024 )) -lt "$memory_kib" ]; then
+    memory_kib=$(( limit_bytes / 1024 ))
+  fi
+  workers=$(( cores + 1 ))
+  if [ $(( memory_kib / 4194304 )) -lt "$workers" ]; then workers=$(( memory_kib / 4194304 )); fi
+  if [ "$workers" -lt 2 ]; then workers=0; fi
+  echo "$workers"
 }
 
 case "${1:-demo}" in
   demo) shift || true; exec lakesync demo run "$@" ;;
-  test) shift || true; workers=$(test_workers); echo "==> pytest on ${workers} parallel workers (0 = one process)"
+  test) shift || true; workers=$(test_workers)
+        if [ "$workers" = 0 ]; then echo "==> pytest in one process"; else echo "==> pytest on $workers parallel workers"; fi
         exec python -m pytest -n "$workers" "$@" ;;
   *) echo "usage: ./quickstart.sh [demo|test] [extra arguments]" >&2; exit 2 ;;
 esac

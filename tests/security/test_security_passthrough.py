@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 
+from lakesync.core import mysql_client
 from lakesync.core.config import load_pipeline
 from lakesync.core.connections import kafka_client_config, mysql_connection
 from lakesync.core.positions import SourcePosition
@@ -47,7 +47,7 @@ def _record_pymysql(monkeypatch, seen: list[dict[str, Any]]) -> None:
         seen.append(kwargs)
         raise Recorded
 
-    monkeypatch.setattr(pymysql, "connect", connect)
+    monkeypatch.setattr(mysql_client, "MySQLClientConnection", connect)  # every source connection is made here
 
 
 def test_mysql_tls_reaches_the_full_load_and_validation_connections(pipeline, monkeypatch):

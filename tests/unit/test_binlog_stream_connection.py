@@ -6,7 +6,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from lakesync.source import binlog
+from lakesync.core import mysql_client
 from lakesync.source.binlog import StreamConnectedOnce
 from lakesync.source.server_checks import is_connection_error
 
@@ -14,7 +14,7 @@ from lakesync.source.server_checks import is_connection_error
 @pytest.fixture
 def connects(monkeypatch):
     made = []
-    monkeypatch.setattr(binlog.pymysql, "connect", lambda **settings: made.append(settings) or object())
+    monkeypatch.setattr(mysql_client, "MySQLClientConnection", lambda **settings: made.append(settings) or object())
     return made
 
 

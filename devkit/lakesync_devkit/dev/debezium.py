@@ -326,7 +326,7 @@ class DebeziumConnect(LocalServer):
         def dumping() -> bool:
             self._task_running()  # a failure during the snapshot ends the wait with its trace
             with pymysql.connect(host=source.host, port=source.port, user=source.user, password=source.password,
-                                 connect_timeout=2) as conn, conn.cursor() as cur:
+                                 connect_timeout=2, ssl_disabled=True) as conn, conn.cursor() as cur:
                 cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = %s AND COMMAND LIKE "
                             "'Binlog Dump%%'", (source.user,))
                 row = cur.fetchone()

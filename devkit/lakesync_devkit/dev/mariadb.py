@@ -129,7 +129,8 @@ class MariaDBServer(LocalServer):
         for password in {self.root_password, ""}:
             try:
                 pymysql.connect(
-                    host=self.host, port=self.port, user="root", password=password, connect_timeout=1
+                    host=self.host, port=self.port, user="root", password=password, connect_timeout=1,
+                    ssl_disabled=True,
                 ).close()
                 return True
             except pymysql.MySQLError:
@@ -141,7 +142,8 @@ class MariaDBServer(LocalServer):
         if not self.root_password:
             return
         try:
-            conn = pymysql.connect(host=self.host, port=self.port, user="root", password="", autocommit=True)
+            conn = pymysql.connect(host=self.host, port=self.port, user="root", password="", autocommit=True,
+                                   ssl_disabled=True)
         except pymysql.MySQLError:
             return  # already secured
         with conn, conn.cursor() as cur:

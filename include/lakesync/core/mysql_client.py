@@ -16,7 +16,6 @@ from typing import Any
 
 import pymysql
 
-_PREFERRED_MODE: dict[str, Any] = {}  # the options PyMySQL passes when the caller gave none
 _shared_lock = threading.Lock()
 _shared_context: ssl.SSLContext | None = None
 
@@ -25,8 +24,8 @@ class MySQLClientConnection(pymysql.connections.Connection):
     """``pymysql.connections.Connection`` with the preferred-mode TLS context shared (see the module)."""
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
-        if sslp != _PREFERRED_MODE:
-            return super()._create_ssl_ctx(sslp)  # type: ignore[misc]  # private in the stubs, not at run time
+        if sslp != {}:  # the caller's options (or context); PyMySQL passes {} for its preferred mode only
+            return super()._create_ssl_ctx(sslp)  # type: ignore[misc]  # not in the stubs: PyMySQL's private method
         global _shared_context
         with _shared_lock:
             if _shared_context is None:
