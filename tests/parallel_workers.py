@@ -1,5 +1,5 @@
-"""How pytest-xdist shares the suite out among its workers (``./quickstart.sh test`` starts one more worker
-than the cores, memory allowing; ``LAKESYNC_TEST_WORKERS`` sets the number; docs/testing.md).
+"""How pytest-xdist shares the suite out among its workers (``LAKESYNC_TEST_WORKERS=auto ./quickstart.sh test``
+starts one more worker than the cores, memory allowing; ``=N`` sets the number; docs/testing.md).
 
 Each worker is a pytest session of its own: its own embedded MariaDB and broker (``stack``), its own Spark
 session. **A unit of work is a test file**, so a module's set-up (the DDL matrix's pipeline, a DAG module's

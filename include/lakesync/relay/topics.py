@@ -125,9 +125,16 @@ class TopicManager:
         return starts
 
     def _wait_for_metadata(self, topic: str) -> None:
+        """Until a created topic shows in the metadata. A broker lost meanwhile is an outage the relay rides out
+        (it creates the topic again, or finds it, once the broker is back), not a crash."""
         deadline = time.monotonic() + self._timeout
         while time.monotonic() < deadline:
-            metadata = self._admin.list_topics(topic, timeout=self._timeout).topics.get(topic)
+            try:
+                metadata = self._admin.list_topics(topic, timeout=self._timeout).topics.get(topic)
+            except KafkaException as exc:
+                raise BrokerUnavailableError(f"cannot read the metadata of topic {topic}, just created: {exc}",
+                                             hint="check that the broker in the pipeline's kafka connection is up"
+                                             ) from exc
             if metadata is not None and metadata.error is None and metadata.partitions:
                 return
             time.sleep(0.1)
