@@ -154,7 +154,7 @@ def binlog_status(pipeline: Pipeline, relay: dict[str, Any], *, source: MySQLCon
             return None
         settings = source or mysql_connection(pipeline)
         conn = connect_mysql(**settings.pymysql_kwargs(), connect_timeout=max(1, int(timeout_s)),
-                               read_timeout=max(1, int(timeout_s)), autocommit=True)
+                             read_timeout=max(1, int(timeout_s)), autocommit=True)
         try:
             server = read_server(conn)
         finally:

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 #: Error codes of a broker that is not there or not answering (the relay waits those out).
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER, KafkaError._WAIT_COORD})
+#: What to check when the broker does not answer an admin call.
+_BROKER_DOWN_HINT = "check that the broker in the pipeline's kafka connection is up"
 #: The settings of a topic only lakesync writes: compacted, never deleted by time.
 #: the relay's offsets topic: compacted, with hourly segments so compaction (which skips the active segment)
 #: keeps what a reader of the whole topic reads small although the relay commits every half second
@@ -63,7 +65,7 @@ class TopicManager:
             existing = self._admin.list_topics(timeout=self._timeout).topics
         except KafkaException as exc:
             raise BrokerUnavailableError(f"cannot list topics on the broker: {exc}",
-                                         hint="check that the broker in the pipeline's kafka connection is up") from exc
+                                         hint=_BROKER_DOWN_HINT) from exc
         if topic not in existing:
             self._create(topic, partitions, wanted)
         elif wanted:
@@ -133,7 +135,7 @@ class TopicManager:
                 metadata = self._admin.list_topics(topic, timeout=self._timeout).topics.get(topic)
             except KafkaException as exc:
                 raise BrokerUnavailableError(f"cannot read the metadata of topic {topic}, just created: {exc}",
-                                             hint="check that the broker in the pipeline's kafka connection is up"
+                                             hint=_BROKER_DOWN_HINT
                                              ) from exc
             if metadata is not None and metadata.error is None and metadata.partitions:
                 return
