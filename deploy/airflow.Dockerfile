@@ -1,5 +1,6 @@
 # The lakesync image: Airflow 3 (api-server, scheduler, dag-processor, triggerer) with lakesync installed, plus a
-# Java runtime so tasks can run spark-submit as a client of the Spark cluster. The relay runs from it too.
+# JDK so tasks can run spark-submit as a client of the Spark cluster (a JDK: lakesync compiles its small Delta
+# LogStore for S3 once, at the first Spark session). The relay runs from it too.
 # Built by docker-compose.yaml with the repository as context (deploy/airflow.Dockerfile.dockerignore keeps
 # the context to the package sources).
 ARG AIRFLOW_VERSION=3.3.2
@@ -13,7 +14,7 @@ ARG SPARK_VERSION=4.2.0
 
 USER root
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends default-jre-headless procps \
+    && apt-get install -y --no-install-recommends default-jdk-headless procps \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 # Executors find their Python at /opt/lakesync/venv/bin/python (spark.pyspark.python); here that path is

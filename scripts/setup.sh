@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what lakesync needs on a Debian/Ubuntu machine, idempotently: the MariaDB server and client,
-# the MariaDB JDBC driver (for the Spark JDBC baseline), a Java runtime (Spark, the Kafka broker), Chromium
+# the MariaDB JDBC driver (for the Spark JDBC baseline), a JDK (Spark, the Kafka broker, lakesync's S3 LogStore), Chromium
 # (UI test), then a virtualenv at .venv with the project installed, and the pinned JVM jars (delta-spark,
 # Spark's Kafka connector, Apache Kafka, Debezium) from Maven Central into the jar cache
 # ($LAKESYNC_JARS_DIR, default ~/.cache/lakesync/jars). Re-running it does only what is missing; once the
@@ -15,7 +15,8 @@ need_apt=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-client)
 [ -f /usr/share/java/mariadb-java-client.jar ] || need_apt+=(libmariadb-java)
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# A JDK, not only a runtime: lakesync's Delta LogStore for S3 is compiled once from its source (javac).
+command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 # The production shape's Airflow metadata database (lakesync dev up --shape production).
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ "${LAKESYNC_SKIP_BROWSER:-0}" != "1" ]; then

@@ -18,7 +18,10 @@ offline. Nothing reads or writes ~/.m2 or ~/.ivy2.
   lakesync jars fetch spark      one set
   lakesync jars list spark       the cached paths (a classpath with --classpath)
   lakesync jars packages         the --packages coordinates for your own Spark cluster, and an ivySettings
-                                 file that resolves from Maven Central only (see docs/deployment.md)
+                                 file that resolves from Maven Central only, with lakesync's Delta LogStore
+                                 for S3 (--jars and --conf; see docs/deployment.md)
+
+`fetch` also builds that LogStore (a small jar of lakesync's own, compiled once with a JDK's javac).
 """
 
 
@@ -40,6 +43,10 @@ def _fetch(args: argparse.Namespace) -> int:
 
             ensure_jars(name, progress=advance)
         print(f"{name}: fetched {len(missing)} jars ({sum(j.size for j in missing) / 1e6:.1f} MB) into {cache_dir()}")
+    if "spark" in names:
+        from lakesync.jvm.log_store import log_store_jar
+
+        print(f"Delta LogStore for S3: {log_store_jar()}")
     return 0
 
 
@@ -52,9 +59,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _packages(args: argparse.Namespace) -> int:
+    from lakesync.jvm.log_store import log_store_conf, log_store_jar
     from lakesync.spark.packages import spark_packages, write_ivy_settings
 
     print(f"--packages {spark_packages()}")
+    print(f"--jars {log_store_jar()}")  # lakesync's own Delta LogStore for S3, not on Maven Central
+    for key, value in log_store_conf().items():
+        print(f"--conf {key}={value}")
     if args.ivy_settings:
         write_ivy_settings(args.ivy_settings)
         print(f"--conf spark.jars.ivySettings={args.ivy_settings}")

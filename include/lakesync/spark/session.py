@@ -3,7 +3,10 @@ classpath, Delta's SQL extension and catalog, and settings that suit small jobs.
 
 The jars are the ``spark`` set of ``lakesync/jvm/jars.toml``, from lakesync's jar cache (fetched once,
 :mod:`lakesync.jvm.fetch`), given to Spark as local paths (``spark.jars``), so nothing resolves through Ivy and
-the state of ``~/.m2`` or ``~/.ivy2`` doesn't matter; the driver serves them to a cluster's executors.
+the state of ``~/.m2`` or ``~/.ivy2`` doesn't matter; the driver serves them to a cluster's executors. With
+them goes lakesync's Delta LogStore for S3 (:mod:`lakesync.jvm.log_store`, built once from its source with a
+JDK): Delta's own can lose a commit when two drivers (the stream, a settlement, maintenance) write one S3
+table, and the LogStore is chosen at launch, so every session carries it.
 
 Defaults suit one machine (local mode, few shuffle partitions, no UI) and the many small jobs a stream runs
 (see :data:`SPARK_DEFAULTS`). Under ``spark-submit`` the launcher's master and ``--conf`` settings win: a
@@ -24,6 +27,7 @@ from pyspark.sql import SparkSession
 
 from lakesync.core.errors import LakesyncError
 from lakesync.jvm.fetch import ensure_jars
+from lakesync.jvm.log_store import log_store_conf, log_store_jar
 
 
 def _launcher_conf() -> dict[str, str]:
@@ -35,10 +39,12 @@ def _launcher_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-#: Delta's SQL extension and catalog: DeltaTable, MERGE, ALTER TABLE on path tables, OPTIMIZE, VACUUM.
+#: Delta's SQL extension and catalog (DeltaTable, MERGE, ALTER TABLE on path tables, OPTIMIZE, VACUUM), and
+#: lakesync's LogStore for s3/s3a tables (commits two drivers can't both make: :mod:`lakesync.jvm.log_store`).
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    **log_store_conf(),
 }
 
 #: lakesync's defaults (docs/stream.md, "Settings that matter", has the measurements behind them).
@@ -60,8 +66,9 @@ SPARK_DEFAULTS = {
 
 
 def spark_jars() -> list[str]:
-    """The local paths of the ``spark`` jar set (fetched into the cache first if needed)."""
-    return [str(path) for path in ensure_jars("spark")]
+    """The local paths of the ``spark`` jar set (fetched into the cache first if needed) and of lakesync's S3
+    LogStore (built into it first if needed)."""
+    return [*(str(path) for path in ensure_jars("spark")), str(log_store_jar())]
 
 
 def submit_conf() -> dict[str, str]:
