@@ -7,11 +7,14 @@
   Delta type as a plain Arrow type, so that tests can filter, edit and write the rows back. It reads files
   through pyarrow's C++ filesystems, never a Python one, so the exit abort of docs/sink.md cannot happen;
 - :func:`source_arrow`: a source table as lakesync's type map turns it into Arrow, to build a Delta table
-  "as the full load would" without running it.
+  "as the full load would" without running it;
+- :func:`commit_history`: a table's commits, newest first, with the custom metadata each writer records in its
+  own place (delta-rs: keys of the commit info; delta-spark: one JSON object in ``userMetadata``) as keys.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +52,18 @@ def source_arrow(conn: pymysql.connections.Connection, database: str, table: str
         cursor.execute(SNAPSHOT_TIME_ZONE_SQL)
         queries.execute(cursor, queries.select_rows(queries.source_table(database, table, [c.name for c in columns]), columns))
         return arrow_table_from_db_rows(columns, list(cursor.fetchall()))
+
+
+def commit_history(uri: str | Path, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The table's commit infos, newest first (delta-rs reads the log), each with the keys of its
+    ``userMetadata`` JSON object added: where delta-spark keeps what delta-rs writes as custom keys."""
+    from deltalake import DeltaTable
+
+    entries = []
+    for entry in DeltaTable(str(uri), storage_options=storage_options).history():
+        try:
+            extra = json.loads(entry.get("userMetadata") or "{}")
+        except ValueError:
+            extra = {}
+        entries.append({**entry, **(extra if isinstance(extra, dict) else {})})
+    return entries

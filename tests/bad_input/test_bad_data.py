@@ -19,11 +19,11 @@ from decimal import Decimal
 import psutil
 import pytest
 
-from lakesync.core.errors import BrokerError
+from lakesync.core.errors import BrokerError, SinkError
 from lakesync.monitoring.status import pipeline_status
 from lakesync.source.server_checks import current_position
 from lakesync.validation.validate import validate_pipeline
-from tests.bad_input.badkit import Lab
+from tests.bad_input.badkit import Lab, delta_state, done_tables
 from tests.deltakit import delta_rows
 from tests.kafkakit import read_records
 
@@ -53,7 +53,9 @@ def test_awkward_values_and_hostile_identifiers_arrive_exactly(lab, spark):
         "CREATE TABLE skew (id INT PRIMARY KEY, v INT, ts TIMESTAMP NULL)",
         "INSERT INTO skew VALUES (1, 0, NULL)",
     )
-    pipeline = lab.pipeline()
+    # delta-rs: the hostile column names (a backtick, a space) are delta_rs's to write; delta-spark refuses them
+    # before writing anything, with that hint (test_hostile_column_names_are_refused_by_delta_spark_with_the_fix)
+    pipeline = lab.pipeline(delta={"root": str(lab.delta_root), "writer": "delta_rs"})
     lab.full_load(pipeline)
     now = int(time.time())
     lab.root_sql(
@@ -98,6 +100,19 @@ def test_awkward_values_and_hostile_identifiers_arrive_exactly(lab, spark):
 
 def _sha(uri, column: str) -> list[str]:
     return [hashlib.sha256(row[column]).hexdigest() for row in delta_rows(uri, ["id", column])]
+
+
+def test_hostile_column_names_are_refused_by_delta_spark_with_the_fix(lab, spark):
+    """The default writer (delta-spark) can't write a backtick or a space in a column name: the load says so and
+    how to go on, and leaves no Delta table and no load marked done."""
+    lab.root_sql(f"CREATE TABLE {HOSTILE_SQL} (`k``ey` INT PRIMARY KEY, `sp ace` INT)",
+                 f"INSERT INTO {HOSTILE_SQL} VALUES (1, 1)")
+    pipeline = lab.pipeline()
+    assert pipeline.delta.writer == "delta_spark"
+    with pytest.raises(SinkError, match="backtick") as refused:
+        lab.full_load(pipeline)
+    assert "delta.writer: delta_rs" in (refused.value.hint or "")
+    assert delta_state(lab.delta_root) == {} and done_tables(pipeline) == set()
 
 
 def test_a_50_mb_blob_loads_and_streams_and_an_oversized_event_is_refused_clearly(lab, spark):

@@ -30,6 +30,7 @@ from lakesync_devkit.dev.processes import free_port
 from lakesync.core.config import load_pipeline_file
 from lakesync.monitoring.history import Interval, append_history, interval_rows
 from lakesync.stream.progress import StreamProgress, TableProgress
+from tests.deltakit import commit_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -161,7 +162,7 @@ def _backfill(runner: AirflowRunner, *extra: str) -> None:
 
 
 def _settled_intervals(table: Path) -> list[str]:
-    commits = DeltaTable(str(table)).history()
+    commits = commit_history(table)
     return sorted(c["lakesync.settlement.interval_start"][:10] for c in commits
                   if c.get("lakesync.settlement.interval_start", "") < "2026-11-20")
 

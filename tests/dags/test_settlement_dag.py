@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from lakesync_devkit.demo.database import create_demo_database
 from lakesync_devkit.dev.airflow_runner import AirflowRunner
 
+from tests.deltakit import commit_history
 from tests.oracle import read_delta_table
 
 pytestmark = pytest.mark.integration
@@ -84,7 +85,7 @@ def _book_days(mariadb, database: str, days: dict[str, int]) -> None:
 
 
 def _settlement_commits(uri: Path) -> list[dict]:
-    return [c for c in DeltaTable(str(uri)).history() if "lakesync.settlement.interval_start" in c]
+    return [c for c in commit_history(uri) if "lakesync.settlement.interval_start" in c]
 
 
 def test_settlement_dag_run_twice_for_one_interval_leaves_the_same_table(airflow, settle_pipeline, mariadb,

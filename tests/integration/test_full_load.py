@@ -22,6 +22,7 @@ from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import ChunkDone, LoadState
 from lakesync.sink.delta import DeltaSink
 from lakesync.validation.validate import validate_pipeline
+from tests.deltakit import delta_table
 from tests.integration.loadkit import load_killed_after_commit, make_numbers
 from tests.oracle import assert_tables_match
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 
 def _rows(pipeline: Pipeline, table: str) -> list[dict[str, Any]]:
-    return sorted(DeltaTable(pipeline.delta.table_uri(table)).to_pyarrow_table().to_pylist(),
+    return sorted(delta_table(pipeline.delta.table_uri(table)).to_pylist(),
                   key=lambda row: tuple(str(v) for v in row.values()))
 
 
@@ -87,9 +88,11 @@ def _binlog_changes(mariadb, start: SourcePosition, *, schema: str) -> list[tupl
 
 
 # -- commits and resumption ----------------------------------------------------------------------------------
-def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) -> None:
+def test_each_table_load_is_one_commit_carrying_the_position_with_delta_rs(make_pipeline, db, tmp_path) -> None:
+    """The delta-rs commit of the load (``delta.writer: delta_rs``); delta-spark's is
+    test_full_load_delta_spark.py's."""
     make_numbers(db, "numbers", 5000)
-    pipeline = make_pipeline()
+    pipeline = make_pipeline(delta={"root": str(tmp_path / "delta"), "writer": "delta_rs"})
     for mode in ("consistent", "chunked"):
         (result,) = FullLoad(pipeline, mode=mode, restart=True).run()
         table = DeltaTable(pipeline.delta.table_uri("numbers"))
@@ -99,7 +102,7 @@ def test_each_table_load_is_one_commit_carrying_the_position(make_pipeline, db) 
         assert history[0]["lakesync.snapshot.mode"] == mode
         sink = DeltaSink(pipeline.delta.table_uri("numbers"), key_columns=["id"])
         assert sink.snapshot_position() == result.position.key()  # the sink's snapshot floor
-        assert table.to_pyarrow_table().num_rows == 5000
+        assert delta_table(pipeline.delta.table_uri("numbers")).num_rows == 5000
     assert len(table.history()) == 2  # two loads, two commits
 
 
@@ -350,7 +353,7 @@ def test_every_type_in_the_type_map_loads_equal_to_the_expected_value(make_pipel
         db.execute(f"INSERT INTO type_map VALUES ({row}, {', '.join(_literal(case, row)[0] for case in CASES)})")
     pipeline = make_pipeline(snapshot={"mode": mode, "chunk_rows": 100})
     FullLoad(pipeline).run()
-    table = DeltaTable(pipeline.delta.table_uri("type_map")).to_pyarrow_table().sort_by("row_no")
+    table = delta_table(pipeline.delta.table_uri("type_map")).sort_by("row_no")
     for case in CASES:
         assert table.schema.field(case.name).type == case.arrow_type, case.name
         expected = [_literal(case, row)[1] for row in range(ROW_COUNT)]

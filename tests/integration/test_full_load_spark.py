@@ -18,6 +18,7 @@ from lakesync.full_load.chunk_runners import SparkChunkRunner
 from lakesync.full_load.load import FullLoad
 from lakesync.full_load.state import LoadState
 from lakesync.spark.session import submit_args
+from tests.deltakit import delta_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def test_spark_tasks_write_the_chunks_and_the_driver_commits_once(spark, stack, 
     table = DeltaTable(pipeline.delta.table_uri("numbers"))
     assert result.rows == 1000 and len(table.history()) == 1
     assert len(LoadState.for_pipeline_dir(pipeline.pipeline_state_dir).tables["numbers"].chunks_done) == 10
-    assert sorted(int(v) for v in table.to_pyarrow_table().column("id").to_pylist()) == list(range(1, 1001))
+    assert sorted(int(v) for v in delta_table(pipeline.delta.table_uri("numbers")).column("id").to_pylist()) == list(range(1, 1001))
 
 
 def test_spark_submit_entry_point_loads_and_prints_a_line_per_table(stack, numbers: str, tmp_path: Path) -> None:
@@ -63,6 +64,6 @@ def test_spark_submit_entry_point_loads_and_prints_a_line_per_table(stack, numbe
         [str(spark_submit), "--master", "local[2]", *submit_args(), str(REPO / "spark_apps" / "full_load.py"),
          "--pipeline", "sparkload"], env=env, capture_output=True, text=True, timeout=300,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [(line["table"], line["rows"], line["mode"]) for line in lines] == [("numbers", 1000, "chunked")]

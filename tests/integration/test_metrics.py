@@ -16,7 +16,6 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 import yaml
-from deltalake import DeltaTable
 from lakesync_devkit.dev.processes import free_port
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
 
@@ -29,6 +28,7 @@ from lakesync.monitoring.metrics import STREAM_PORT_OFFSET
 from lakesync.relay import Relay, covered_range
 from lakesync.source.server_checks import current_position
 from lakesync.stream.app import run_stream
+from tests.deltakit import delta_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -140,7 +140,7 @@ def test_metrics_scraped_during_a_real_stream_agree_with_delta_and_the_history_f
             stream_thread.join(60)
         relay_thread.join(30)
 
-    rows = DeltaTable(pipeline.delta.table_uri("items")).to_pyarrow_table(columns=[POS])
+    rows = delta_table(pipeline.delta.table_uri("items")).select([POS])
     applied_in_delta = pc.sum(pc.greater(rows[POS], loaded_at)).as_py()
     assert figures[f"lakesync_stream_changes_applied_total{table}"] == applied_in_delta == INSERTS + 1
     assert rows.num_rows == 20 + INSERTS

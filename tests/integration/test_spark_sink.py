@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -205,3 +206,44 @@ def test_tombstones_are_delta_spark_commits_and_a_replanned_batch_adds_those_it_
     assert {r["id"] for r in read_delta_table(sink.table_uri).to_pylist()} == {3}
     assert sink.purge_tombstones(older_than_ms=6002) == 1  # a delta-spark DELETE, its count from Spark
     assert read_delta_table(sink.tombstones.uri).column("id").to_pylist() == [2]
+
+
+def test_a_widened_key_and_decimal_take_wider_values_in_place_and_tombstones_still_hold(tmp_path, spark):
+    """INT -> BIGINT on the key and DECIMAL(10,2) -> DECIMAL(14,4): two metadata-only commits (no file rewritten,
+    no re-load), then values only the wider types hold merge in, a replayed older insert of a key deleted before
+    the widening stays deleted (the tombstone table's key was widened too), and every row reads back exactly."""
+    schema = pa.schema([pa.field("id", pa.int32(), nullable=False), ("amount", pa.decimal128(10, 2))])
+    sink = loaded(tmp_path, schema, [pa.array([1, 2, 3], pa.int32()),
+                                     pa.array([Decimal("1.25"), Decimal("2.50"), Decimal("99999999.99")])])
+
+    def change(key: int, amount: str | None, offset: int, op: str = "u", narrow: bool = False) -> pa.Table:
+        key_type, amount_type = (pa.int32(), pa.decimal128(10, 2)) if narrow else (pa.int64(), pa.decimal128(14, 4))
+        return pa.table({"id": pa.array([key], key_type),
+                         "amount": pa.array([None if amount is None else Decimal(amount)], amount_type),
+                         POS: [pos(offset)], OP: [op], TS: pa.array([offset], pa.int64())})
+
+    sink.apply_changes(change(2, None, 6000, "d", narrow=True), app_id="stream", batch_version=0)
+    files_before = {a["add"]["path"] for a in commits(sink.table_uri) if "add" in a}
+    before = len([a for a in commits(sink.table_uri) if "commitInfo" in a])
+
+    widened = [pa.field("id", pa.int64()), pa.field("amount", pa.decimal128(14, 4))]
+    sink.widen_columns(widened)
+    sink.widen_columns(widened)  # a replayed DDL: nothing left to do
+
+    steps = [a["commitInfo"] for a in commits(sink.table_uri) if "commitInfo" in a][before:]
+    assert [step["operation"] for step in steps] == ["SET TBLPROPERTIES", "CHANGE COLUMN", "CHANGE COLUMN"], steps
+    assert {a["add"]["path"] for a in commits(sink.table_uri) if "add" in a} == files_before  # nothing rewritten
+    for uri in (sink.table_uri, sink.tombstones.uri):
+        protocol = [a["protocol"] for a in commits(uri) if "protocol" in a][-1]
+        assert "typeWidening" in protocol["readerFeatures"], uri
+    sink.apply_changes(pa.concat_tables([change(5_000_000_000, "123456789.1234", 6100),
+                                         change(1, "1.0005", 6101),
+                                         change(2, "2.0000", 5999, "c"),  # replayed, older than its delete
+                                         change(5_000_000_001, "7.0000", 6102, "c")]),
+                       app_id="stream", batch_version=1)
+    sink.apply_changes(change(5_000_000_001, None, 6103, "d"), app_id="stream", batch_version=2)
+
+    rows = {r["id"]: r["amount"] for r in read_delta_table(sink.table_uri).to_pylist()}
+    assert rows == {1: Decimal("1.0005"), 3: Decimal("99999999.9900"), 5_000_000_000: Decimal("123456789.1234")}
+    assert sorted(read_delta_table(sink.tombstones.uri).column("id").to_pylist()) == [2, 5_000_000_001]
+    assert sorted(sink.scan(columns=["id"]).read_all().column("id").to_pylist()) == [1, 3, 5_000_000_000]

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.fs as pafs
 import pytest
 import yaml
 from lakesync_devkit.dev.stack import KAFKA_CONN_ID, MYSQL_CONN_ID
@@ -38,6 +39,7 @@ from lakesync.relay import Relay
 from lakesync.stream.app import run_stream
 from lakesync.stream.progress import StreamProgress
 from tests.oracle import compare_table
+from tests.oracle_delta_log import replay_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.ddl_matrix]
 
@@ -62,6 +64,7 @@ class Case:
     vals: str = ""
     rows_after: tuple[str, ...] | None = None  # instead of ROWS_AFTER, for shapes ROWS_AFTER doesn't fit
     comeback: tuple[str, ...] = ()  # GONE, busy variant: brings the table back after the stream stopped it
+    widened: tuple[str, str] | None = None  # EQUAL by type widening: the column and its Delta type after it
 
 
 CASES = [
@@ -81,7 +84,25 @@ CASES = [
          rows_after=("INSERT INTO {t} (id, v, s, d2) VALUES (100, 1000, 's100', 9.5)",)),
     Case("widen_varchar", ("ALTER TABLE {t} MODIFY s VARCHAR(200) NOT NULL",), EQUAL),
     Case("narrow_varchar", ("ALTER TABLE {t} MODIFY s VARCHAR(10) NOT NULL",), EQUAL),
-    Case("widen_int", ("ALTER TABLE {t} MODIFY v BIGINT NOT NULL",), RELOAD),
+    # type widening in place (delta-spark): values only the wider type holds come right after the DDL
+    Case("widen_int", ("ALTER TABLE {t} MODIFY v BIGINT NOT NULL",), EQUAL,
+         rows_after=("INSERT INTO {t} (id, v, s, d) VALUES (100, 5000000000, 's100', 9.5)",
+                     "UPDATE {t} SET v = -6000000000 WHERE id = 2", "DELETE FROM {t} WHERE id = 3"),
+         widened=("v", "long")),
+    Case("widen_key", ("ALTER TABLE {t} MODIFY id BIGINT NOT NULL",), EQUAL,
+         rows_after=("INSERT INTO {t} (id, v, s, d) VALUES (5000000000, 1, 's100', 9.5)",
+                     "UPDATE {t} SET d = 7.75 WHERE id = 2", "DELETE FROM {t} WHERE id = 3",
+                     "DELETE FROM {t} WHERE id = 5000000000"),
+         widened=("id", "long")),
+    Case("widen_decimal", ("ALTER TABLE {t} MODIFY d DECIMAL(14,4) NULL",), EQUAL,
+         rows_after=("INSERT INTO {t} (id, v, s, d) VALUES (100, 1000, 's100', 1234567890.1234)",
+                     "UPDATE {t} SET d = 7.7525 WHERE id = 2", "DELETE FROM {t} WHERE id = 3"),
+         widened=("d", "decimal(14,4)")),
+    Case("int_to_decimal", ("ALTER TABLE {t} MODIFY v DECIMAL(12,2) NOT NULL",), EQUAL,
+         rows_after=("INSERT INTO {t} (id, v, s, d) VALUES (100, 1234567890.12, 's100', 9.5)",
+                     "UPDATE {t} SET v = 0.5 WHERE id = 2", "DELETE FROM {t} WHERE id = 3"),
+         widened=("v", "decimal(12,2)")),
+    Case("narrow_int", ("ALTER TABLE {t} MODIFY v SMALLINT NOT NULL",), RELOAD),
     Case("change_type", ("ALTER TABLE {t} MODIFY d VARCHAR(20) NULL",), RELOAD),
     Case("make_nullable", ("ALTER TABLE {t} MODIFY v INT NULL",), EQUAL,
          rows_after=("INSERT INTO {t} (id, v, s) VALUES (100, NULL, 's100')", "UPDATE {t} SET v = NULL WHERE id = 2",
@@ -225,8 +246,22 @@ def test_ddl_delta_can_follow_keeps_the_table_equal_to_the_source(matrix, case, 
     table = table_name(case, variant)
     assert matrix.stopped_first[table] is None, matrix.stopped_first[table]
     assert matrix.stopped_now(table) is None
+    progress = StreamProgress.load(matrix.pipeline.pipeline_state_dir).tables.get(table)  # none: nothing streamed
+    assert progress is None or not progress.last_reload, f"followed in place, not re-loaded: {progress}"
     comparison = matrix.compare(table)
     assert comparison.identical, comparison.describe()
+
+
+@pytest.mark.parametrize(("case", "variant"), [p for p in PARAMS if p.values[0].widened])
+def test_a_widening_type_change_widens_the_delta_column_in_place(matrix, case, variant):
+    """The Delta log (read by the oracle's own log reader) says the column has the wider type and the table
+    lists Delta's type widening; the rows are judged equal above, with no re-load."""
+    column, delta_type = case.widened
+    uri = matrix.pipeline.delta.table_uri(table_name(case, variant))
+    schema = replay_log(pafs.LocalFileSystem(), uri).schema
+    field = next(f for f in schema["fields"] if f["name"] == column)
+    assert field["type"] == delta_type, field
+    assert field["metadata"]["delta.typeChanges"], field
 
 
 @pytest.mark.parametrize(("case", "variant"), [p for p in PARAMS if p.values[0].outcome == RELOAD])

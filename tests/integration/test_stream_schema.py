@@ -144,7 +144,8 @@ def test_ddl_delta_cannot_follow_stops_only_that_table_and_says_what_to_do(scena
     ids = sorted(row["id"] for row in scenario.delta(table).to_pylist())
     assert ids == [1, 2], "nothing after the DDL may be applied"
     if table == "truncated":
-        assert scenario.delta(table).to_pylist()[0] == {"id": 1, "v": 11}, "changes before the DDL are applied"
+        rows = {row["id"]: row for row in scenario.delta(table).to_pylist()}
+        assert rows[1] == {"id": 1, "v": 11}, "changes before the DDL are applied"
     for going_on in ("steady", "evolving"):
         assert scenario.progress.tables[going_on].stopped_reason is None
     comparison = scenario.compare("steady")

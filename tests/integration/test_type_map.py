@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
@@ -43,6 +43,7 @@ from lakesync.core.types import (
 from lakesync.source import queries
 from lakesync.source.binlog import BinlogSource
 from lakesync.source.schema import list_tables, read_key_columns, read_table_columns
+from tests.deltakit import delta_table
 
 pytestmark = pytest.mark.integration
 
@@ -400,7 +401,7 @@ def type_map(mariadb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Type
     snapshot = arrow_table_from_db_rows(columns, snapshot_rows)
     delta_path = tmp_path_factory.mktemp("type_map_delta") / "type_map"
     write_deltalake(str(delta_path), snapshot)
-    delta = DeltaTable(str(delta_path)).to_pyarrow_table().sort_by("row_no")
+    delta = delta_table(delta_path).sort_by("row_no")
     yield TypeMapRun(columns, snapshot_rows, snapshot, binlog_rows, delta, relay_rows, relay_fast)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +30,7 @@ from lakesync.core.config import parse_pipeline
 from lakesync.core.positions import MIN_KEY
 from lakesync.full_load.load import FullLoad
 from lakesync.validation.validate import validate_pipeline
+from tests.deltakit import delta_table
 from tests.oracle import compare_table
 
 pytestmark = pytest.mark.integration
@@ -102,7 +103,7 @@ def pipeline(stack, mariadb, tmp_path_factory):
 
 def inject(uri: str, mutations: list[tuple]) -> None:
     """Apply the mutations to the Delta table's rows and write them back (same schema, same positions)."""
-    table = DeltaTable(uri).to_pyarrow_table()
+    table = delta_table(uri)
     schema = pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type)
                         else f.with_type(pa.binary()) if pa.types.is_binary_view(f.type) else f for f in table.schema])
     rows = table.cast(schema).to_pylist()

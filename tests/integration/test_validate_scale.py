@@ -12,12 +12,13 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from lakesync_devkit.demo.database import create_demo_database, seed_demo_data, seed_transactions
 
 from lakesync.core.config import parse_pipeline
 from lakesync.full_load.load import FullLoad
 from lakesync.validation.validate import validate_pipeline
+from tests.deltakit import delta_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,7 +56,7 @@ def test_full_load_validates_equal_and_one_changed_row_is_found(loaded):
         assert report.matches, [t.describe() for t in report.failed]
 
     uri = loaded.delta.table_uri("transactions")
-    table = DeltaTable(uri).to_pyarrow_table()
+    table = delta_table(uri)
     target = ROWS // 2
     amount = pc.if_else(pc.equal(table["id"], target), pa.scalar(-1, table.schema.field("amount").type),
                         table["amount"])

@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 from lakesync.cli.main import main
 from lakesync.core.config import load_pipeline
 from lakesync.full_load.load import FullLoad
+from tests.deltakit import delta_table
 from tests.oracle import compare_table
 from tests.oracle import quote_identifier as q
 
@@ -115,7 +116,7 @@ def reported_keys(result: dict, key: str) -> set[tuple]:
 def change_text_after_nul(pipeline, table: str, key_column: str, key, column: str) -> None:
     """Replace ``column`` of one Delta row by its value with the text after the first NUL changed."""
     uri = pipeline.delta.table_uri(table)
-    rows = DeltaTable(uri).to_pyarrow_table()
+    rows = delta_table(uri)
     rows = rows.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type)
                                 else f.with_type(pa.binary()) if pa.types.is_binary_view(f.type) else f
                                 for f in rows.schema]))
@@ -131,7 +132,7 @@ def reorder_delta_files(pipeline) -> None:
     the rows in another order (as MERGEs and compactions do). A row's fingerprint must not notice."""
     DeltaTable(pipeline.delta.table_uri(UNUSUAL)).optimize.compact()
     uri = pipeline.delta.table_uri(TEXT_KEYED)
-    rows = DeltaTable(uri).to_pyarrow_table()
+    rows = delta_table(uri)
     write_deltalake(uri, rows.take(pa.array(range(rows.num_rows - 1, -1, -1))), mode="overwrite")
 
 

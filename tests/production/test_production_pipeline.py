@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from lakesync_devkit.demo.load import run_load
 
+from tests.deltakit import commit_history
 from tests.production.conftest import (
     airflow_cli,
     assert_delta_equals_source,
@@ -70,7 +71,7 @@ def _insert_backdated_transactions(production) -> int:
 
 
 def _settled_days(production, table: str) -> list[str]:
-    history = DeltaTable(f"{production.delta_root}/{table}", storage_options=production.storage_options()).history()
+    history = commit_history(f"{production.delta_root}/{table}", production.storage_options())
     return sorted(c["lakesync.settlement.interval_start"][:10] for c in history
                   if "lakesync.settlement.interval_start" in c
                   and c["lakesync.settlement.interval_start"][:10] in {f"{d:%Y-%m-%d}" for d in DAYS})

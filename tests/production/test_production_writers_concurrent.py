@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from lakesync_devkit.demo.load import run_load
 
+from tests.deltakit import commit_history
 from tests.production.conftest import assert_delta_equals_source, wait_for_relay
 
 pytestmark = [pytest.mark.production, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -63,8 +64,7 @@ def _seed_settled_interval(conn, start: datetime, rows: int = 20) -> list[int]:
 
 
 def _history(stack, table: str, since: int) -> list[dict]:
-    delta = DeltaTable(f"{stack.delta_root}/{table}", storage_options=stack.storage_options())
-    return [c for c in delta.history() if c["version"] > since]
+    return [c for c in commit_history(f"{stack.delta_root}/{table}", stack.storage_options()) if c["version"] > since]
 
 
 def _versions(stack) -> dict[str, int]:

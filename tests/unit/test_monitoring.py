@@ -19,7 +19,7 @@ def _pipeline(tmp_path, **monitoring):
     return parse_pipeline({
         "name": "m", "source": {"conn_id": "c", "database": "db"},
         "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_prefix": "m"},
-        "delta": {"root": str(tmp_path / "delta")}, "state_dir": str(tmp_path / "state"),
+        "delta": {"root": str(tmp_path / "delta"), "writer": "delta_rs"}, "state_dir": str(tmp_path / "state"),
         "monitoring": monitoring,
     }, source_name="m.yaml")
 

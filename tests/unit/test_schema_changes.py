@@ -69,6 +69,26 @@ def test_a_longer_varchar_needs_nothing_but_a_new_type_stops_the_table():
     assert "lakesync snapshot --pipeline demo --tables t" in other.stop_reason
 
 
+def test_a_widening_type_change_widens_in_place_only_where_the_writer_can_and_others_still_stop():
+    """INT -> BIGINT and a DECIMAL with more digits are Delta type widenings: delta-spark follows them in place,
+    delta-rs (``widen_in_place`` off) re-loads; a narrowing or a change to text re-loads with either."""
+    wider = event("alter_table", [{"change": "modify", "column": "amount", "type": "DECIMAL(22,4)"}])
+    in_place = plan_schema_change(wider, CURRENT, pipeline="demo", widen_in_place=True)
+    assert in_place.stop_reason is None and in_place.widen == [pa.field("amount", pa.decimal128(22, 4))]
+    reload = plan_schema_change(wider, CURRENT, pipeline="demo")
+    assert reload.widen == [] and reload.reload and "changed type" in reload.stop_reason
+    for narrower in ("DECIMAL(12,2)", "DECIMAL(19,4)", "VARCHAR(30)"):
+        action = plan_schema_change(event("alter_table", [{"change": "modify", "column": "amount", "type": narrower}]),
+                                    CURRENT, pipeline="demo", widen_in_place=True)
+        assert action.widen == [] and "changed type" in action.stop_reason, narrower
+
+
+def test_a_widened_column_that_may_now_hold_null_is_made_nullable_too():
+    action = plan_schema_change(event("alter_table", [{"change": "modify", "column": "id", "type": "DECIMAL(20,0)"}]),
+                                STRICT, pipeline="demo", widen_in_place=True)
+    assert action.widen == [pa.field("id", pa.decimal128(20, 0))] and action.nullable == ["id"]
+
+
 @pytest.mark.parametrize("kind", ["truncate", "drop_table", "rename_table"])
 def test_table_level_ddl_stops_the_table_with_the_re_snapshot_command(kind):
     action = plan_schema_change(event(kind, ddl=f"{kind.upper()} t"), CURRENT, pipeline="bankday")

@@ -25,7 +25,7 @@ CHANGES = 5_000
 ROUNDS = 3
 
 
-def concurrent_merge_ratio(folder: Path, *, threads: int, writer: str = "delta_rs") -> dict[str, Any]:
+def concurrent_merge_ratio(folder: Path, *, threads: int, writer: str = "delta_spark") -> dict[str, Any]:
     from lakesync.core.concurrency import run_concurrently
 
     uris = [str(folder / f"table_{n}") for n in range(TABLES)]

@@ -24,12 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def copy_pipeline(base: Pipeline, base_dir: Path, target_dir: Path, *, topic_prefix: str, server_id: int,
-                  writer: str = "delta_rs", **stream: Any) -> Pipeline:
+                  writer: str | None = None, **stream: Any) -> Pipeline:
     """``base`` with its fully loaded state copied to ``target_dir``, its own topics and relay id, its tables
-    written by ``writer`` (``delta.writer``) and ``stream`` settings."""
+    written by ``writer`` (``delta.writer``; None: ``base``'s, the shipped default) and ``stream`` settings."""
     shutil.copytree(base_dir, target_dir)
     return base.model_copy(update={
-        "delta": base.delta.model_copy(update={"root": str(target_dir / "delta"), "writer": writer}),
+        "delta": base.delta.model_copy(update={"root": str(target_dir / "delta"),
+                                               "writer": writer or base.delta.writer}),
         "state_dir": str(target_dir / "pipelines"),
         "kafka": base.kafka.model_copy(update={"topic_prefix": topic_prefix}),
         "source": base.source.model_copy(update={"server_id": server_id}),

@@ -120,7 +120,7 @@ class Delta(_Strict):
     root: str = Field(description="Where the pipeline's Delta tables live: a local path or s3://bucket/prefix.")
     storage_options: dict[str, str] = Field(default_factory=dict)
     writer: Literal["delta_rs", "delta_spark"] = Field(
-        default="delta_rs",
+        default="delta_spark",
         description="What commits lakesync's writes to the pipeline's tables: 'delta_rs' (on the driver, "
         "copy-on-write) or 'delta_spark' (in Spark's JVM, with deletion vectors; the path that scales out, not the "
         "default: its MERGE is slower on small machines). With 'delta_spark' the stream's batches, the full "

@@ -4,8 +4,9 @@ What a chart needs and the stream's own state files forget: per table and per ``
 the changes applied, the batches, the lag (after the interval's last batch: how far the oldest change not
 applied was behind, 0 when nothing was pending; :mod:`lakesync.stream.lag`), the freshness (seconds since the table last received a change), whether the
 table was stopped, and the last validation result known at that time. One append commit per interval for
-all tables; rows older than ``history_retention_days`` are deleted then too. Readable by any Delta reader;
-the Airflow view draws its charts from it (:func:`read_history`).
+all tables; rows older than ``history_retention_days`` are deleted then too; both by the pipeline's
+``delta.writer`` (delta-spark by default: the stream that writes the history runs Spark anyway). Readable by any
+Delta reader that reads deletion vectors; the Airflow view draws its charts from it (:func:`read_history`).
 
 Written by the continuous stream only (through :class:`HistoryRecorder`, one call per batch); a failed
 write is logged and retried at the next interval, never allowed to stop the stream.
@@ -124,21 +125,38 @@ class HistoryRecorder:
 
 
 def append_history(pipeline: Pipeline, rows: pa.Table, *, now_ms: int) -> None:
-    """Append ``rows``; then delete rows older than the retention."""
+    """Append ``rows``; then delete rows older than the retention (by the pipeline's ``delta.writer``)."""
     from deltalake import DeltaTable, write_deltalake
-    from deltalake.exceptions import TableNotFoundError
 
     uri = history_uri(pipeline)
     storage = pipeline.delta.storage_options or None
-    write_deltalake(uri, rows, mode="append", storage_options=storage)
     horizon = _utc(now_ms - int(pipeline.monitoring.history_retention_days * 86_400_000))
-    try:
-        table = DeltaTable(uri, storage_options=storage)
-    except TableNotFoundError:
+    if pipeline.delta.writer == "delta_spark":
+        _append_by_delta_spark(uri, storage, rows, horizon)
         return
+    write_deltalake(uri, rows, mode="append", storage_options=storage)
+    table = DeltaTable(uri, storage_options=storage)
     predicate = f"interval_end < arrow_cast('{horizon.strftime('%Y-%m-%dT%H:%M:%S.%f')}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
     if _has_rows_before(table, horizon):
         table.delete(predicate)
+
+
+def _append_by_delta_spark(uri: str, storage: dict[str, str] | None, rows: pa.Table, horizon: dt.datetime) -> None:
+    """The append (the first one creates the table), then the retention's DELETE, as delta-spark commits."""
+    from deltalake import DeltaTable
+
+    from lakesync.sink.merge import quote
+    from lakesync.sink.spark_writes import append_on_delta_spark, create_on_delta_spark, delta_spark_session
+    from lakesync.spark.storage import spark_path
+
+    session = delta_spark_session(storage)
+    if DeltaTable.is_deltatable(uri, storage_options=storage):
+        append_on_delta_spark(session, uri, rows)
+    else:
+        create_on_delta_spark(session, uri, rows, {})
+    if _has_rows_before(DeltaTable(uri, storage_options=storage), horizon):  # the session's time zone is UTC
+        session.sql(f"DELETE FROM delta.{quote(spark_path(uri))} "
+                    f"WHERE interval_end < TIMESTAMP '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")
 
 
 def _has_rows_before(table: Any, horizon: dt.datetime) -> bool:
@@ -156,9 +174,14 @@ def read_history(pipeline: Pipeline, *, since: dt.datetime) -> list[dict[str, An
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from lakesync.sink.table_scan import scan_rows
+
+    storage = pipeline.delta.storage_options or None
     try:
-        table = DeltaTable(history_uri(pipeline), storage_options=pipeline.delta.storage_options or None)
+        table = DeltaTable(history_uri(pipeline), storage_options=storage)
     except TableNotFoundError:
         return []
-    data = table.to_pyarrow_table(filters=[("interval_end", ">=", since)])
+    # delta-rs's own scan, which applies deletion vectors (the retention's DELETE by delta-spark leaves them)
+    since_utc = since.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    data = scan_rows(table, storage, predicate=f"interval_end >= TIMESTAMP '{since_utc}Z'").read_all()
     return sorted(data.to_pylist(), key=lambda row: (row["table"], row["interval_end"]))

@@ -48,6 +48,7 @@ from lakesync.settlement.windows import PROP_PREFIX, SettlementWindow, app_id, s
 from lakesync.sink.changes import drop_superseded
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.spark_writes import delta_conflicts
+from lakesync.sink.table_scan import scan_rows
 from lakesync.sink.tombstones import tombstone_store
 from lakesync.sink.writer import TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema, with_attempt
 from lakesync.source import queries
@@ -181,8 +182,10 @@ def _read_position(conn: Any) -> str:
     return current_position(conn).key()
 
 
-def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datetime, datetime]) -> pa.Table:
-    """Delta rows (user columns) whose watermark is in the window, read with delta-rs's own scan.
+def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datetime, datetime],
+                  storage_options: dict[str, str] | None) -> pa.Table:
+    """Delta rows (user columns) whose watermark is in the window, read with delta-rs's own scan (Spark's once a
+    column was widened: :mod:`lakesync.sink.table_scan`).
 
     The predicate lets delta-rs skip files by their statistics; delta-rs's reader also avoids the pyarrow
     dataset reader's abort at interpreter exit (docs/sink.md)."""
@@ -192,11 +195,8 @@ def _delta_window(table: DeltaTable | None, source: _Source, bounds: tuple[datet
     wm_type = delta_arrow_schema(table).field(source.watermark.name).type
     low, high = (_timestamp_literal(bound, wm_type) for bound in bounds)
     wm = quote(source.watermark.name)
-    return _read(table, user, f"{wm} >= {low} AND {wm} < {high}").cast(arrow_schema(source.columns))
-
-
-def _read(table: DeltaTable, columns: list[str], predicate: str | None = None) -> pa.Table:
-    return pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
+    rows = scan_rows(table, storage_options, columns=user, predicate=f"{wm} >= {low} AND {wm} < {high}")
+    return rows.read_all().cast(arrow_schema(source.columns))
 
 
 def _timestamp_literal(bound: datetime, arrow_type: pa.DataType) -> str:
@@ -314,6 +314,7 @@ def _write_by_delta_spark(uri: str, options: dict[str, str] | None, current: Del
         TXN_VERSION,
         USER_METADATA,
         append_on_delta_spark,
+        check_writable_names,
         create_on_delta_spark,
         delta_spark_session,
         make_writable,
@@ -328,6 +329,8 @@ def _write_by_delta_spark(uri: str, options: dict[str, str] | None, current: Del
                 TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
     if current is not None:
         make_writable(current, uri, session)
+    else:
+        check_writable_names(changes.schema, uri)
 
     def write() -> None:
         with session_settings(session, settings):
@@ -356,7 +359,8 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
     source_rows = source.read_window(bounds)
     uri = pipeline.delta.table_uri(table)
     delta = _open_delta(uri, pipeline.delta.storage_options)
-    upserts, gone = _differences(source_rows, _delta_window(delta, source, bounds), source.key)
+    options = pipeline.delta.storage_options or None
+    upserts, gone = _differences(source_rows, _delta_window(delta, source, bounds, options), source.key)
     moved = source.read_keys(gone) if gone.num_rows else source_rows.schema.empty_table()
     still_there = {tuple(row[k] for k in source.key) for row in moved.select(source.key).to_pylist()}
     deletes = pa.Table.from_pylist(
@@ -375,7 +379,7 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
     if upserts.num_rows == 0 and deletes.num_rows == 0 and runs > 0:
         result.run = runs
         return result  # settled before and nothing differs: a re-run changes nothing
-    existing_keys = _existing_keys(delta, upserts.select(source.key), source.key)
+    existing_keys = _existing_keys(delta, upserts.select(source.key), source.key, options)
     result.updated = existing_keys
     result.inserted = upserts.num_rows - existing_keys
     result.run = runs + 1
@@ -402,14 +406,15 @@ def settle_table(pipeline: Pipeline, table: str, *, interval_start: datetime, in
     return result
 
 
-def _existing_keys(delta: DeltaTable | None, keys: pa.Table, key: list[str]) -> int:
+def _existing_keys(delta: DeltaTable | None, keys: pa.Table, key: list[str],
+                   storage_options: dict[str, str] | None) -> int:
     """How many of ``keys`` already have a live row in Delta (to tell updates from inserts)."""
     if delta is None or keys.num_rows == 0:
         return 0
     wanted = keys.select(key)
     return sum(
         pa.Table.from_batches([batch]).cast(wanted.schema).join(wanted, keys=key, join_type="left semi").num_rows
-        for batch in pa.RecordBatchReader.from_stream(delta.scan(columns=key))
+        for batch in scan_rows(delta, storage_options, columns=key)
     )
 
 
@@ -431,7 +436,7 @@ def validate_interval(pipeline: Pipeline, table: str, *, interval_start: datetim
     bounds = _source_bounds(source, window, pipeline)
     source_rows = source.read_window(bounds)
     delta = _open_delta(pipeline.delta.table_uri(table), pipeline.delta.storage_options)
-    delta_rows = _delta_window(delta, source, bounds)
+    delta_rows = _delta_window(delta, source, bounds, pipeline.delta.storage_options or None)
     upserts, gone = _differences(source_rows, delta_rows, source.key)
     report = {"table": table, "interval": window.label, "source_rows": source_rows.num_rows,
               "delta_rows": delta_rows.num_rows, "differing": upserts.num_rows + gone.num_rows}

@@ -44,6 +44,7 @@ from lakesync.sink.conform import check_not_reserved, conform
 from lakesync.sink.coverage import BatchCoverage, Offsets, recorded_coverage
 from lakesync.sink.merge import merge_changes, quote
 from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, snapshot_commit
+from lakesync.sink.table_scan import scan_rows
 from lakesync.sink.tombstones import tombstone_store
 from lakesync.sink.writer import ATTEMPT_KEY, TABLE_PROPERTIES, commit_with_retry, delta_arrow_schema
 
@@ -96,6 +97,8 @@ class DeltaSink:
 
     #: the ``delta.writer`` this class is (its tombstone table is written by the same writer)
     writer = "delta_rs"
+    #: whether :meth:`widen_columns` can widen a column's type in place (delta-rs can't)
+    widens_in_place = False
 
     def __init__(
         self,
@@ -145,13 +148,14 @@ class DeltaSink:
         return None if version is None else decode_snapshot(version)
 
     def scan(self, columns: list[str] | None = None, predicate: str | None = None) -> pa.RecordBatchReader:
-        """Stream the table's rows with delta-rs's own engine.
+        """Stream the table's rows with delta-rs's own engine (with Spark where a column was widened:
+        :mod:`lakesync.sink.table_scan`).
 
         Prefer this (or ``DeltaTable.scan``) over ``DeltaTable.to_pyarrow_table``/``to_pyarrow_dataset``:
         those run pyarrow's thread pool over a Python filesystem handler, which can abort the interpreter
         at exit with "terminate called without an active exception" (docs/sink.md).
         """
-        return pa.RecordBatchReader.from_stream(self._open().scan(columns=columns, predicate=predicate))
+        return scan_rows(self._open(), self._storage_options, columns=columns, predicate=predicate)
 
     # -- snapshot -----------------------------------------------------------------------------------------
 
@@ -449,6 +453,15 @@ class DeltaSink:
     def _commit_nullable(self, table: DeltaTable, names: list[str]) -> None:
         """The DROP NOT NULL commits, by delta-rs."""
         schema_evolution.make_nullable(table, names, uri=self.table_uri)
+
+    def widen_columns(self, fields: list[pa.Field]) -> None:
+        """Widen columns to the types of ``fields`` in place (Delta's type widening). delta-rs can't write such a
+        table, so this writer re-loads the table instead (the stream only asks writers that
+        :attr:`widens_in_place`)."""
+        raise SchemaChangeError(f"{self.table_uri}: delta-rs can't widen column types in place "
+                                f"({[field.name for field in fields]})",
+                                hint="set delta.writer: delta_spark (it widens in place), or re-run the full load "
+                                     "of this table")
 
     def fill_columns(self, values: dict[str, pa.Scalar], *, before_position: str) -> None:
         """Fill rows older than a DDL (see :func:`lakesync.sink.schema_evolution.fill_columns`)."""

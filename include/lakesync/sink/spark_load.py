@@ -41,17 +41,19 @@ from deltalake import DeltaTable
 from lakesync.core.errors import SinkError
 from lakesync.core.object_store import arrow_filesystem
 from lakesync.core.positions import SourcePosition
+from lakesync.sink.merge import quote
 from lakesync.sink.snapshot import SNAPSHOT_APP_ID, decode_snapshot, encode_snapshot, snapshot_metadata
 from lakesync.sink.spark_writes import (
     DELETION_VECTORS,
     TABLE_DEFAULTS,
     USER_METADATA,
+    check_writable_names,
     delta_conflicts,
     delta_spark_session,
     make_writable,
-    refused_names,
     run_on_delta_spark,
     session_settings,
+    timestamp_ntz_clause,
 )
 from lakesync.sink.writer import ATTEMPT_KEY, commit_with_retry
 from lakesync.spark.storage import spark_path
@@ -130,14 +132,13 @@ def commit_load_on_delta_spark(table_uri: str, schema: pa.Schema, paths: Sequenc
         log.info("%s: this load was committed already (version %d); not writing it again", table, landed)
         _drop_load_files(table_uri, paths, storage_options)
         return landed
-    if refused := refused_names(schema):
-        raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, a space "
-                        f"or one of ,;{{}}()= ({refused}); nothing was written",
-                        hint="set delta.writer: delta_rs for this pipeline (it writes such names), or rename the "
-                             "columns at the source")
+    check_writable_names(schema, table_uri)
     session = delta_spark_session(storage_options)
     if existing is not None:
         make_writable(existing, table_uri, session)
+        if ntz := timestamp_ntz_clause(existing, list(schema.types)):  # a re-load that brings a DATETIME column
+            run_on_delta_spark(lambda: session.sql(f"ALTER TABLE delta.{quote(spark_path(table_uri))} {ntz}"),
+                               f"the load commit of {table}", table_uri)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     spark_schema = from_arrow_schema(schema, prefer_timestamp_ntz=True)

@@ -33,6 +33,7 @@ from lakesync.sink.spark_writes import (
     make_writable,
     run_on_delta_spark,
     session_settings,
+    widening_clauses,
 )
 from lakesync.sink.tombstones import TombstoneStore
 from lakesync.sink.writer import commit_with_retry
@@ -79,6 +80,23 @@ class SparkTombstoneStore(TombstoneStore):
                     append_on_delta_spark(session, self.uri, rows)
 
         run_on_delta_spark(append, f"recording {rows.num_rows} tombstone(s)", self.uri)
+
+    def widen_columns(self, fields: list[pa.Field]) -> None:
+        """Widen the key columns its target table widened (:func:`lakesync.sink.spark_writes.widening_clauses`),
+        so tombstones of keys beyond the old type's range can be recorded; nothing before the first tombstone
+        (the table is then created with the new types). A lost commit race is retried."""
+        table = self._open()
+        if table is None:
+            return
+        what = f"widening {[field.name for field in fields]}"
+        for clause in widening_clauses(table, self.uri, fields):
+            statement = f"ALTER TABLE delta.{quote(spark_path(self.uri))} {clause}"
+
+            def widen(attempt: int, sql: str = statement) -> None:
+                session, _ = self._writable_session()
+                run_on_delta_spark(lambda: session.sql(sql), what, self.uri)
+
+            commit_with_retry(widen, what=what, table_uri=self.uri, conflicts=delta_conflicts())
 
     def _delete(self, *, older_than_ms: int | None) -> int:
         """``DELETE FROM`` the tombstone table (the integer bound is the only value in its text), retried on a

@@ -48,9 +48,11 @@ from deltalake.exceptions import CommitFailedError
 
 from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
+from lakesync.core.types.widening import widens
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
 from lakesync.sink.writer import ATTEMPT_KEY, commit_with_retry, delta_arrow_schema
+from lakesync.spark.errors import spark_error_line
 from lakesync.spark.storage import hadoop_s3a_conf, spark_path
 
 if TYPE_CHECKING:
@@ -73,6 +75,10 @@ SESSION_SETTINGS = {
     "spark.sql.variable.substitute": "false",
 }
 DELETION_VECTORS = "delta.enableDeletionVectors"
+#: The table property that lets ``ALTER COLUMN ... TYPE`` widen a column (the reader-writer feature typeWidening).
+TYPE_WIDENING = "delta.enableTypeWidening"
+#: The table feature a TIMESTAMP_NTZ column (a DATETIME) needs; Delta enables it by itself only in a new table.
+TIMESTAMP_NTZ = "timestampNtz"
 #: The session settings a new table's properties default to (``<prefix><property without "delta.">``).
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 #: Characters of a column name delta-spark can't write here: a backtick (its MERGE with the change data feed
@@ -135,6 +141,15 @@ def refused_names(schema: pa.Schema) -> list[str]:
     return [name for name in schema.names if REFUSED_NAME_CHARACTERS & set(name)]
 
 
+def check_writable_names(schema: pa.Schema, table_uri: str) -> None:
+    """Refuse, before anything is written, a table whose column names delta-spark can't write."""
+    if refused := refused_names(schema):
+        raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, "
+                        f"a space or one of ,;{{}}()= ({refused}); nothing was written",
+                        hint="set delta.writer: delta_rs for this pipeline (it writes such names), or rename "
+                             "the columns at the source")
+
+
 def delta_spark_session(storage_options: dict[str, str] | None) -> SparkSession:
     """A new session of the running one (same JVM, settings of its own): :data:`SESSION_SETTINGS` and the
     pipeline's object-store settings. Its own, because Delta's idempotency settings are session-wide. With no
@@ -168,27 +183,59 @@ def session_settings(session: SparkSession, settings: dict[str, str]) -> Iterato
             session.conf.unset(key)
 
 
+def timestamp_ntz_clause(table: DeltaTable, types: list[pa.DataType]) -> str | None:
+    """The ``ALTER TABLE`` clause that lets an existing table take TIMESTAMP_NTZ columns, when one of ``types``
+    is a naive timestamp (a DATETIME) and the table does not support them yet; else None. Delta switches the
+    feature on by itself only when a write creates the table: an added column, a re-load or a widening to it
+    fails with DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT otherwise."""
+    naive = any(pa.types.is_timestamp(kind) and kind.tz is None for kind in types)
+    if not naive or TIMESTAMP_NTZ in (table.protocol().writer_features or []):
+        return None
+    return f"SET TBLPROPERTIES ('delta.feature.{TIMESTAMP_NTZ}' = 'supported')"
+
+
+def widening_clauses(table: DeltaTable, table_uri: str, fields: list[pa.Field]) -> list[str]:
+    """The ``ALTER TABLE`` clauses that widen ``table``'s columns to the types of ``fields`` in place: the type
+    widening property (once), then one ``ALTER COLUMN ... TYPE`` per column, each its own commit. A column that
+    has its new type already (a replayed DDL) needs none; a change that is not a widening Delta takes
+    (:func:`lakesync.core.types.widening.widens`) is a :class:`SchemaChangeError`."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    current = {field.name: field.type for field in delta_arrow_schema(table)}
+    columns = []
+    for field in fields:
+        if current.get(field.name) == field.type:
+            continue
+        if field.name not in current or not widens(current[field.name], field.type):
+            raise SchemaChangeError(f"{table_uri}: column {field.name!r} can't be widened in place from "
+                                    f"{current.get(field.name)} to {field.type}",
+                                    hint="re-run the full load of this table")
+        spark_type = from_arrow_type(field.type, prefer_timestamp_ntz=True).simpleString()
+        columns.append(f"ALTER COLUMN {quote(field.name)} TYPE {spark_type}")
+    if columns and table.metadata().configuration.get(TYPE_WIDENING) != "true":
+        columns.insert(0, f"SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
+    if columns and (ntz := timestamp_ntz_clause(table, [field.type for field in fields])):
+        columns.insert(0, ntz)
+    return columns
+
+
 def run_on_delta_spark(work: Callable[[], T], what: str, table_uri: str, *, hint: str | None = None) -> T:
     """``work()``; a lost commit race is raised as it is (the caller retries), anything else as a
-    :class:`SinkError` with the first line of Spark's message (its JVM stack trace stays in the log)."""
+    :class:`SinkError` with the line of Spark's message that says what failed (its JVM stack trace stays in the
+    log; :func:`lakesync.spark.errors.spark_error_line`)."""
     try:
         return work()
     except delta_conflicts():
         raise
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SinkError(f"{what} of {table_uri} failed; nothing was committed: {first_line}", hint=hint) from exc
+        raise SinkError(f"{what} of {table_uri} failed; nothing was committed: {spark_error_line(exc)}",
+                        hint=hint) from exc
 
 
 def make_writable(table: DeltaTable, table_uri: str, session: SparkSession) -> None:
     """Refuse names delta-spark can't write, list the writer features delta-rs left out, then switch
     deletion vectors on (module docstring); before delta-spark writes anything to the table."""
-    refused = refused_names(delta_arrow_schema(table))
-    if refused:
-        raise SinkError(f"{table_uri}: delta-spark can't write a table whose column names hold a backtick, "
-                        f"a space or one of ,;{{}}()= ({refused}); nothing was written",
-                        hint="set delta.writer: delta_rs for this pipeline (it writes such names), or rename "
-                             "the columns at the source")
+    check_writable_names(delta_arrow_schema(table), table_uri)
     missing = missing_writer_features(table)
     if missing:
         from deltalake import TableFeatures
@@ -210,6 +257,7 @@ class SparkDeltaSink(DeltaSink):
     """A :class:`DeltaSink` whose batch commits are made by delta-spark (see the module docstring)."""
 
     writer = "delta_spark"
+    widens_in_place = True
 
     def __init__(self, table_uri: str, **kwargs: Any) -> None:
         super().__init__(table_uri, **kwargs)
@@ -301,12 +349,32 @@ class SparkDeltaSink(DeltaSink):
                                          "rename the columns at the source")
         columns = ", ".join(f"{quote(field.name)} {from_arrow_type(field.type, prefer_timestamp_ntz=True).simpleString()}"
                             for field in fields)
-        self._evolve(self._alter(f"ADD COLUMNS ({columns})"), f"adding {[field.name for field in fields]}")
+        what = f"adding {[field.name for field in fields]}"
+        if ntz := timestamp_ntz_clause(table, [field.type for field in fields]):
+            self._evolve(self._alter(ntz), what)
+        self._evolve(self._alter(f"ADD COLUMNS ({columns})"), what)
 
     def _commit_nullable(self, table: DeltaTable, names: list[str]) -> None:
         """``ALTER TABLE ... ALTER COLUMN ... DROP NOT NULL``, one column per statement (Spark's grammar)."""
         for name in names:
             self._evolve(self._alter(f"ALTER COLUMN {quote(name)} DROP NOT NULL"), f"making {name!r} nullable")
+
+    def widen_columns(self, fields: list[pa.Field]) -> None:
+        """Widen columns to the types of ``fields`` in place with Delta's type widening
+        (:func:`widening_clauses`): metadata-only commits, the data files keep the types they were written with
+        and readers convert their values. Type widening is a reader-writer table feature: readers without it
+        can't read the table afterwards (delta-rs 1.6 reads its log but not its rows, so lakesync's scans of
+        it go through Spark: :mod:`lakesync.sink.table_scan`). A widened key column is widened in the tombstone
+        table too, whose keys must take the new values. Idempotent: a replayed DDL finds its columns widened."""
+        what = f"widening {[field.name for field in fields]}"
+        for clause in widening_clauses(self._open(), self.table_uri, fields):
+            self._evolve(self._alter(clause), what)
+        widened_keys = [field for field in fields if field.name in self.key_columns]
+        if widened_keys:
+            try:
+                self.tombstones.widen_columns(widened_keys)
+            except SinkError as exc:  # as the target's own steps: this table re-loads (or stops), no other
+                raise SchemaChangeError(exc.message, hint=exc.hint) from exc
 
     def fill_columns(self, values: dict[str, pa.Scalar], *, before_position: str) -> None:
         """delta-spark's UPDATE of the rows older than a DDL (see

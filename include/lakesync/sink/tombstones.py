@@ -17,9 +17,10 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
-from lakesync.core.errors import SinkError
+from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETED_MS, POS, TS
 from lakesync.sink.merge import quote
+from lakesync.sink.table_scan import scan_rows
 
 
 def tombstone_uri(table_uri: str) -> str:
@@ -100,7 +101,8 @@ class TombstoneStore:
         """The tombstones (key columns and position) of the keys in ``keys``.
 
         Streams the tombstone table through delta-rs's own scan (not a pyarrow dataset, see docs/sink.md on
-        the exit abort) and keeps only matching keys, so memory holds the matches, not the whole table.
+        the exit abort; Spark's once a key column was widened, :mod:`lakesync.sink.table_scan`) and keeps only
+        matching keys, so memory holds the matches, not the whole table.
         """
         table = self._open()
         columns = [*self.key_columns, POS]
@@ -111,12 +113,18 @@ class TombstoneStore:
         wanted = keys.select(self.key_columns)
         found = [empty]
         try:
-            for batch in pa.RecordBatchReader.from_stream(table.scan(columns=columns)):
+            for batch in scan_rows(table, self._storage_options, columns=columns):
                 chunk = pa.Table.from_batches([batch]).cast(empty.schema)
                 found.append(chunk.join(wanted, keys=self.key_columns, join_type="left semi"))
         except DeltaError as exc:
             raise SinkError(f"could not read the tombstone table {self.uri}: {exc}") from exc
         return pa.concat_tables(found)
+
+    def widen_columns(self, fields: list[pa.Field]) -> None:
+        """Widen key columns in place, as their target table's (only delta-spark can: see
+        :meth:`lakesync.sink.DeltaSink.widen_columns`)."""
+        raise SchemaChangeError(f"{self.uri}: delta-rs can't widen column types in place",
+                                hint="set delta.writer: delta_spark, or re-run the full load of this table")
 
     def clear(self) -> int:
         """Delete every tombstone (after a new snapshot, see :meth:`lakesync.sink.DeltaSink.write_snapshot`)."""

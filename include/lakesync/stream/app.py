@@ -415,7 +415,8 @@ class BatchApplier:
                 continue  # not streamed, already stopped, or already part of the full load's schema
             action = plan_schema_change(event, user_schema(self.schemas[table]), pipeline=self.pipeline.name,
                                         replaced=(key, table) in replaced,
-                                        keeps_history=self.sinks[table].semantics == "append_log")
+                                        keeps_history=self.sinks[table].semantics == "append_log",
+                                        widen_in_place=self.sinks[table].widens_in_place)
             if action.stop_reason:
                 stop_at[table] = _Stop(key, action.stop_reason, action.reload)
                 continue
@@ -424,6 +425,10 @@ class BatchApplier:
                 if action.add:
                     sink.add_columns(action.add)
                     log.info("table %s: added columns %s (%s)", table, [f.name for f in action.add], event.ddl)
+                if action.widen:
+                    sink.widen_columns(action.widen)
+                    log.info("table %s: widened %s in place (%s)", table,
+                             [f"{f.name} to {f.type}" for f in action.widen], event.ddl)
                 if action.nullable:
                     sink.make_nullable(action.nullable)
                     log.info("table %s: columns %s may now hold NULL (%s)", table, action.nullable, event.ddl)
@@ -433,7 +438,7 @@ class BatchApplier:
             if action.fill:
                 fills.setdefault(table, []).append((key, action.fill))
                 log.info("table %s: rows older than the DDL get the source's default in %s", table, sorted(action.fill))
-            if action.add or action.nullable:
+            if action.add or action.nullable or action.widen:
                 self.schemas[table] = _delta_schema(sink.table_uri, self.pipeline.delta.storage_options)
         return stop_at, fills
 

@@ -13,8 +13,10 @@ that re-loads it, where it can't (docs/schema_changes.md has the whole table):
 * ``DROP COLUMN`` -> the Delta column stays (history keeps its values) and becomes nullable; new rows carry
   NULL in it;
 * ``MODIFY COLUMN`` to the same Arrow type (a longer or shorter VARCHAR) -> nothing to do, except that a
-  column that may now be NULL becomes nullable in Delta; to another type -> the table stops (no in-place
-  type change: delta-rs, which reads every table, refuses Delta's type widening);
+  column that may now be NULL becomes nullable in Delta; to a wider type Delta's type widening takes
+  (INT -> BIGINT, a larger DECIMAL, FLOAT -> DOUBLE, DATE -> DATETIME: :mod:`lakesync.core.types.widening`)
+  -> the column is widened in place, with ``delta.writer: delta_spark`` (delta-rs can't write such a table);
+  to another type -> the table stops;
 * index, key (other than primary), engine, rebuild, character set and partitioning changes -> nothing;
 * ``RENAME COLUMN``, a primary-key change, ``TRUNCATE``, a table replaced by a ``RENAME TABLE`` swap (gh-ost,
   pt-online-schema-change), a statement the relay could not read -> the table stops: a re-load of that
@@ -35,6 +37,7 @@ import pyarrow as pa
 
 from lakesync.core.errors import SchemaChangeError
 from lakesync.core.types import ColumnSpec, arrow_field
+from lakesync.core.types.widening import widens
 from lakesync.events.envelope import SchemaChangeEvent
 from lakesync.stream.decode import AddedColumn
 
@@ -61,6 +64,8 @@ class SchemaAction:
     add: list[pa.Field] = field(default_factory=list)
     fill: dict[str, pa.Scalar] = field(default_factory=dict)
     nullable: list[str] = field(default_factory=list)
+    #: columns to widen in place (Delta's type widening), each with its new type
+    widen: list[pa.Field] = field(default_factory=list)
     stop_reason: str | None = None
     #: the table still exists on the source in a new shape, so a re-load brings Delta back to it
     #: (the stream does that itself when ``stream.reload_on_schema_change`` is on)
@@ -153,12 +158,14 @@ def column_spec_from_ddl(name: str, sql_type: str) -> ColumnSpec:
 
 
 def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline: str,
-                       replaced: bool = False, keeps_history: bool = False) -> SchemaAction:
+                       replaced: bool = False, keeps_history: bool = False, widen_in_place: bool = False
+                       ) -> SchemaAction:
     """Pure: the action one schema event asks of a table whose Delta schema is ``current``.
 
     ``replaced`` says the same statement renamed another table to this one's name (an online schema change
     tool's swap): the table exists with a new shape, so a re-load brings it back. ``keeps_history`` says the
-    table is a change log (``append_log``): a column it has already is never filled again.
+    table is a change log (``append_log``): a column it has already is never filled again. ``widen_in_place``
+    says the table's writer can widen a column's type (delta-spark); without it a type change re-loads.
     """
     command = resnapshot_note(pipeline, event.table)
     what = f"{event.kind.replace('_', ' ')} on the source ({event.ddl.strip()[:200]!r} at {event.position})"
@@ -206,9 +213,12 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
         elif kind == "modify" and column in names:
             wanted = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).type
             if wanted != current.field(column).type:
-                stop = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which the Delta "
-                        "table cannot follow in place")
-            elif not current.field(column).nullable and not change.get("not_null"):
+                if widen_in_place and widens(current.field(column).type, wanted):
+                    action.widen.append(pa.field(column, wanted))
+                else:
+                    stop = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which the Delta "
+                            "table cannot follow in place")
+            if stop is None and not current.field(column).nullable and not change.get("not_null"):
                 action.nullable.append(column)
         elif kind == "primary_key":
             stop = f"the primary key was changed ({event.ddl.strip()[:200]}); rows merged by the old key would be wrong"

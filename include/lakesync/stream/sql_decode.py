@@ -37,6 +37,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from lakesync.core.table_layout import DELETE_OP, OP, POS, TS
 from lakesync.events.envelope import EVENT_FORMAT, H_FORMAT, H_POS, RELAY_HEADERS
 from lakesync.sink.changes import last_change_per_key
+from lakesync.spark.errors import spark_error_line
 from lakesync.stream.columnar_decode import KEY_PATTERN, change_schema
 from lakesync.stream.decode import CHANGE_OPS
 from lakesync.stream.reduce import (
@@ -174,11 +175,6 @@ def refused_by_the_decode(exc: Exception) -> bool:
     return any(marker in text for marker in DECODE_REFUSALS)
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc)
-    return next((line for line in text.splitlines() if line.strip()), text)[:300]
-
-
 def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
     """A micro-batch of Spark's Kafka source (``includeHeaders``) decoded and reduced: the relay's events of the
     streamed tables in Spark SQL, one job per table with records in the batch, the rest by the Python path (see
@@ -204,7 +200,7 @@ def run_records_in_sql(batch_df: DataFrame, plan: ReducePlan) -> ReducedBatch:
                 if not refused_by_the_decode(exc):
                     raise  # a stop (interrupted, cancelled), Kafka, memory: not the records' fault
                 log.info("table %s: this batch's records do not decode in Spark SQL with the table's schema (%s); "
-                         "the Python decode takes them", table, _first_line(exc))
+                         "the Python decode takes them", table, spark_error_line(exc, limit=300))
                 failed.append(topic)
                 if NOT_RELAY_EVENT in str(exc):
                     not_relay.add(topic)

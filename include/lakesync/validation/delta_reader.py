@@ -31,6 +31,7 @@ class DeltaSide:
 
         from lakesync.sink.tombstones import TombstoneStore, tombstone_uri
 
+        self.storage_options = storage_options
         self.table = DeltaTable(uri, storage_options=storage_options)
         names = set(self.table.schema().to_arrow().names)
         self.missing_columns = [name for name in schema.names if name not in names]
@@ -53,7 +54,7 @@ class DeltaSide:
             for chunk in sorted(chunks):
                 yield self._scan(self.plan.delta_predicate(chunk))
             return
-        reader = pa.RecordBatchReader.from_stream(self.table.scan(columns=self.columns))
+        reader = self._rows()
         for batch in reader:
             table = conform(batch, self.schema)  # Delta scans hand back view types, which few kernels take
             if chunks is not None:
@@ -66,7 +67,14 @@ class DeltaSide:
         self.table.update_incremental()
 
     def _scan(self, predicate: str) -> pa.Table:
-        return conform(pa.table(self.table.scan(columns=self.columns, predicate=predicate)), self.schema)
+        return conform(self._rows(predicate).read_all(), self.schema)
+
+    def _rows(self, predicate: str | None = None) -> pa.RecordBatchReader:
+        """The table's rows (:attr:`columns`) at the version it holds: delta-rs's scan, or Spark's once a column
+        was widened (:mod:`lakesync.sink.table_scan`)."""
+        from lakesync.sink.table_scan import scan_rows
+
+        return scan_rows(self.table, self.storage_options, columns=self.columns, predicate=predicate)
 
 
 def delta_chunk_digests(side: DeltaSide, schema: pa.Schema) -> tuple[dict[int, Digest], int]:

@@ -1,7 +1,8 @@
 """The validation runs of a pipeline, kept as a Delta table at ``<delta root>/_lakesync/validation_runs``.
 
-One row per table per run, appended in one commit per run, so the history of checks lives next to the data
-it checked, readable by any Delta reader, and ``lakesync status`` and the Airflow view can show the last
+One row per table per run, appended in one commit per run by the pipeline's ``delta.writer`` (with delta-spark,
+the default, ``lakesync validate`` starts a local Spark session for it when none runs), so the history of checks
+lives next to the data it checked, readable by any Delta reader, and ``lakesync status`` and the Airflow view can show the last
 result of each table without re-running anything. ``sample`` holds the JSON of up to
 :data:`lakesync.validation.report.SAMPLE_KEYS` differing keys per kind (key values only, never whole rows).
 """
@@ -88,16 +89,39 @@ def record_run(pipeline: Pipeline, report: ValidationReport) -> None:
 
     if not report.tables:
         return
+    metadata = {"lakesync.operation": "validate", "lakesync.validation.run_id": report.run_id}
+    storage = pipeline.delta.storage_options or None
     try:
-        write_deltalake(
-            runs_uri(pipeline), report_rows(report), mode="append",
-            storage_options=pipeline.delta.storage_options or None,
-            commit_properties=CommitProperties(custom_metadata={"lakesync.operation": "validate",
-                                                                "lakesync.validation.run_id": report.run_id}),
-        )
-    except Exception as exc:  # delta-rs raises several unrelated types for storage failures
+        if pipeline.delta.writer == "delta_spark":
+            _append_by_delta_spark(runs_uri(pipeline), storage, report_rows(report), metadata)
+        else:
+            write_deltalake(runs_uri(pipeline), report_rows(report), mode="append", storage_options=storage,
+                            commit_properties=CommitProperties(custom_metadata=metadata))
+    except Exception as exc:  # either writer raises several unrelated types for storage failures
         raise SinkError(f"could not record validation run {report.run_id} in {runs_uri(pipeline)}: {exc}",
                         hint="check that the Delta root is writable; the comparison itself is in the output") from exc
+
+
+def _append_by_delta_spark(uri: str, storage: dict[str, str] | None, rows: pa.Table, metadata: dict[str, str]
+                           ) -> None:
+    """The run's append as a delta-spark commit (the first one creates the table), ``metadata`` in its
+    ``userMetadata``."""
+    from deltalake import DeltaTable
+
+    from lakesync.sink.spark_writes import (
+        USER_METADATA,
+        append_on_delta_spark,
+        create_on_delta_spark,
+        delta_spark_session,
+        session_settings,
+    )
+
+    session = delta_spark_session(storage)
+    with session_settings(session, {USER_METADATA: json.dumps(metadata, sort_keys=True)}):
+        if DeltaTable.is_deltatable(uri, storage_options=storage):
+            append_on_delta_spark(session, uri, rows)
+        else:
+            create_on_delta_spark(session, uri, rows, {})
 
 
 def read_runs(pipeline: Pipeline) -> pa.Table:

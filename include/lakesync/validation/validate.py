@@ -172,13 +172,15 @@ def _not_comparable(result: TableComparison, conn: Any, shape: TableShape, uri: 
                     storage: dict[str, str] | None) -> TableComparison:
     from deltalake import DeltaTable
 
+    from lakesync.sink.table_scan import scan_rows
+
     with conn.cursor(pymysql.cursors.Cursor) as cursor:
         queries.execute(cursor, queries.row_count(shape.database, shape.name))
         result.source_rows = int(cursor.fetchone()[0])
     log_table = DeltaTable(uri, storage_options=storage)
     names = log_table.schema().to_arrow().names
     if POS in names:
-        positions = pa.table(log_table.scan(columns=[POS]))[POS]
+        positions = scan_rows(log_table, storage, columns=[POS]).read_all()[POS]
         result.delta_rows = len(pc.unique(positions))
         counted = "distinct positions"
     else:

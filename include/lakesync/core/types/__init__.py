@@ -7,7 +7,8 @@ docs/types.md holds the map as one table; this package is its implementation, on
   PyMySQL for the snapshot, python-mysql-replication for binlog rows);
 * :mod:`.rows`: whole driver rows -> JSON form (events) or Arrow (the full load);
 * :mod:`.json_arrow`: JSON form -> Arrow, from the Arrow type alone (the stream's sink);
-* :mod:`.source_sql`: the snapshot session's setup (the lossless SELECT: :mod:`lakesync.source.queries`).
+* :mod:`.source_sql`: the snapshot session's setup (the lossless SELECT: :mod:`lakesync.source.queries`);
+* :mod:`.widening`: which type changes Delta widens in place (``INT`` -> ``BIGINT``, a larger ``DECIMAL``, ...).
 
 Three value forms meet here: what the drivers return, the JSON form carried in change events (ints as
 numbers, DECIMAL as exact strings, temporal values as ISO strings, TIME as signed microseconds, binary
