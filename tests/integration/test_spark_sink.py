@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
+from lakesync.core.errors import SinkError
 from lakesync.core.positions import SourcePosition
 from lakesync.sink import OP, POS, TS
+from lakesync.sink.spark_tombstones import SparkTombstoneStore
 from lakesync.sink.spark_writes import TXN_APP_ID, TXN_VERSION, USER_METADATA, SparkDeltaSink
 from tests.oracle import read_delta_table
 
@@ -247,3 +251,51 @@ def test_a_widened_key_and_decimal_take_wider_values_in_place_and_tombstones_sti
     assert rows == {1: Decimal("1.0005"), 3: Decimal("99999999.9900"), 5_000_000_000: Decimal("123456789.1234")}
     assert sorted(read_delta_table(sink.tombstones.uri).column("id").to_pylist()) == [2, 5_000_000_001]
     assert sorted(sink.scan(columns=["id"]).read_all().column("id").to_pylist()) == [1, 3, 5_000_000_000]
+
+
+def test_a_datetime_key_merges_by_its_wall_clock_whatever_the_driver_time_zone(tmp_path, spark, monkeypatch):
+    """A DATETIME key (TIMESTAMP_NTZ) bounds the MERGE's key range as the wall clock it is. With the driver's
+    process in New York, PySpark's own literal reads a naive datetime as local time (five hours off from the
+    session's UTC): the bound missed the row, and the update became an insert, the key twice."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        schema = pa.schema([pa.field("at", pa.timestamp("us"), nullable=False), ("v", pa.string())])
+        noon, midnight = dt.datetime(2026, 1, 1, 12), dt.datetime(2026, 1, 1)
+        sink = SparkDeltaSink(str(tmp_path / "lake" / "events"), key_columns=["at"])
+        sink.write_snapshot([pa.record_batch([pa.array([midnight, noon], pa.timestamp("us")), pa.array(["a", "b"])],
+                                             schema=schema)], schema=schema, position=SNAPSHOT, snapshot_ts_ms=1)
+        sink.apply_changes(pa.table({"at": pa.array([noon], pa.timestamp("us")), "v": ["updated"], POS: [pos(6000)],
+                                     OP: ["u"], TS: pa.array([6000], pa.int64())}), app_id="stream", batch_version=0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    rows = sorted((r["at"], r["v"]) for r in read_delta_table(sink.table_uri).to_pylist())
+    assert rows == [(midnight, "a"), (noon, "updated")]
+
+
+def test_a_tombstone_table_follows_its_key_type_and_never_casts_a_key_down(tmp_path, spark):
+    """An append casts to the table's types, so a tombstone table narrower than the keys it gets would overflow
+    or truncate them (a lost tombstone, and a false one on another key). Wider keys (the target widened, or
+    re-loaded wider) widen it; narrower ones are cast up; an emptied table (a new load clears it) takes another
+    key type; a table still holding tombstones of another type refuses, and keeps what it holds."""
+    store = SparkTombstoneStore(str(tmp_path / "lake" / "_lakesync" / "tombstones" / "orders"), key_columns=["id"])
+
+    def record(keys: list, key_type: pa.DataType, version: int) -> None:
+        store.record(pa.table({"id": pa.array(keys, key_type), POS: [pos(7000 + version)] * len(keys),
+                               TS: pa.array([7000 + version] * len(keys), pa.int64())}),
+                     app_id="stream", batch_version=version)
+
+    def ids() -> list:
+        return sorted(read_delta_table(store.uri).column("id").to_pylist())
+
+    record([1], pa.int32(), 0)
+    record([5_000_000_000], pa.int64(), 1)
+    record([7], pa.int32(), 2)
+    assert ids() == [1, 7, 5_000_000_000]
+    with pytest.raises(SinkError, match="key types differ"):
+        record([Decimal("1.5")], pa.decimal128(10, 1), 3)
+    assert ids() == [1, 7, 5_000_000_000]
+    store.clear()
+    record(["k1"], pa.string(), 4)
+    assert ids() == ["k1"]

@@ -83,6 +83,19 @@ def test_a_widening_type_change_widens_in_place_only_where_the_writer_can_and_ot
         assert action.widen == [] and "changed type" in action.stop_reason, narrower
 
 
+def test_a_change_to_an_unsigned_type_re_loads_even_where_the_arrow_type_widens():
+    """INT -> INT UNSIGNED is int32 -> int64, a widening in Delta; but under a non-strict sql_mode MySQL turns
+    negative values into 0 during the ALTER without a row event, so only a re-load brings Delta back to the source."""
+    table = pa.schema([("id", pa.int64()), ("n", pa.int32())])
+    for kind in ("INT UNSIGNED", "BIGINT UNSIGNED", "int unsigned zerofill"):
+        action = plan_schema_change(event("alter_table", [{"change": "modify", "column": "n", "type": kind}]),
+                                    table, pipeline="demo", widen_in_place=True)
+        assert action.widen == [] and action.reload and "changed type" in action.stop_reason, kind
+    signed = plan_schema_change(event("alter_table", [{"change": "modify", "column": "n", "type": "BIGINT"}]),
+                                table, pipeline="demo", widen_in_place=True)
+    assert signed.widen == [pa.field("n", pa.int64())]
+
+
 def test_a_widened_column_that_may_now_hold_null_is_made_nullable_too():
     action = plan_schema_change(event("alter_table", [{"change": "modify", "column": "id", "type": "DECIMAL(20,0)"}]),
                                 STRICT, pipeline="demo", widen_in_place=True)

@@ -121,14 +121,15 @@ class Delta(_Strict):
     storage_options: dict[str, str] = Field(default_factory=dict)
     writer: Literal["delta_rs", "delta_spark"] = Field(
         default="delta_spark",
-        description="What commits lakesync's writes to the pipeline's tables: 'delta_rs' (on the driver, "
-        "copy-on-write) or 'delta_spark' (in Spark's JVM, with deletion vectors; the path that scales out, not the "
-        "default: its MERGE is slower on small machines). With 'delta_spark' the stream's batches, the full "
-        "load's commit of each table, the settlement's commit and the maintenance task (OPTIMIZE, purging "
-        "deletion vectors, VACUUM) run on delta-spark, and so do the schema changes the stream follows in place "
-        "and the tombstone side tables: delta-rs only reads. The first delta-spark write of a table "
-        "switches its deletion vectors on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column "
-        "names with a backtick, a space or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\").",
+        description="What commits lakesync's writes to the pipeline's tables: 'delta_spark' (the default: in "
+        "Spark's JVM, with deletion vectors; the path that scales out) or 'delta_rs' (on the driver, copy-on-write, "
+        "no JVM in the settlement and maintenance tasks; faster on a small machine). With 'delta_spark' the stream's "
+        "batches, the full load's commit of each table, the settlement's commit, the maintenance task (OPTIMIZE, "
+        "purging deletion vectors, VACUUM), the schema changes the stream follows in place (type widening "
+        "included), the tombstone side tables and lakesync's own history and validation tables run on "
+        "delta-spark: delta-rs only reads. The first delta-spark write of a table delta-rs created switches its "
+        "deletion vectors on: a protocol upgrade (reader 3 / writer 7) that can't be undone; column names with a "
+        "backtick, a space or ,;{}()= are refused (docs/sink.md, \"Writing with delta-spark\").",
     )
 
     def table_uri(self, table: str) -> str:

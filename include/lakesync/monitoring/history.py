@@ -146,14 +146,11 @@ def _append_by_delta_spark(uri: str, storage: dict[str, str] | None, rows: pa.Ta
     from deltalake import DeltaTable
 
     from lakesync.sink.merge import quote
-    from lakesync.sink.spark_writes import append_on_delta_spark, create_on_delta_spark, delta_spark_session
+    from lakesync.sink.spark_writes import append_or_create_on_delta_spark, delta_spark_session
     from lakesync.spark.storage import spark_path
 
     session = delta_spark_session(storage)
-    if DeltaTable.is_deltatable(uri, storage_options=storage):
-        append_on_delta_spark(session, uri, rows)
-    else:
-        create_on_delta_spark(session, uri, rows, {})
+    append_or_create_on_delta_spark(session, uri, rows, exists=DeltaTable.is_deltatable(uri, storage_options=storage))
     if _has_rows_before(DeltaTable(uri, storage_options=storage), horizon):  # the session's time zone is UTC
         session.sql(f"DELETE FROM delta.{quote(spark_path(uri))} "
                     f"WHERE interval_end < TIMESTAMP '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")

@@ -455,9 +455,9 @@ class DeltaSink:
         schema_evolution.make_nullable(table, names, uri=self.table_uri)
 
     def widen_columns(self, fields: list[pa.Field]) -> None:
-        """Widen columns to the types of ``fields`` in place (Delta's type widening). delta-rs can't write such a
-        table, so this writer re-loads the table instead (the stream only asks writers that
-        :attr:`widens_in_place`)."""
+        """Widen columns to the types of ``fields`` in place (Delta's type widening): delta-rs can't write such a
+        table, so this writer refuses. The stream asks only writers that :attr:`widens_in_place`; with delta-rs a
+        type change re-loads the table (docs/schema_changes.md)."""
         raise SchemaChangeError(f"{self.table_uri}: delta-rs can't widen column types in place "
                                 f"({[field.name for field in fields]})",
                                 hint="set delta.writer: delta_spark (it widens in place), or re-run the full load "

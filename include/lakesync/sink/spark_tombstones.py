@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakesync.core.errors import SinkError
 from lakesync.core.table_layout import DELETED_MS
+from lakesync.core.types.widening import widens
 from lakesync.sink.merge import quote
 from lakesync.sink.spark_writes import (
     TXN_APP_ID,
     TXN_VERSION,
     USER_METADATA,
-    append_on_delta_spark,
-    create_on_delta_spark,
+    append_or_create_on_delta_spark,
     delta_conflicts,
     delta_spark_session,
     make_writable,
@@ -36,7 +37,7 @@ from lakesync.sink.spark_writes import (
     widening_clauses,
 )
 from lakesync.sink.tombstones import TombstoneStore
-from lakesync.sink.writer import commit_with_retry
+from lakesync.sink.writer import commit_with_retry, delta_arrow_schema
 from lakesync.spark.storage import spark_path
 
 if TYPE_CHECKING:
@@ -62,24 +63,57 @@ class SparkTombstoneStore(TombstoneStore):
 
     def _append(self, rows: pa.Table, *, app_id: str, batch_version: int, new_work: bool) -> None:
         session, exists = self._writable_session()
+        if exists and self._keys_need_a_new_table(rows.schema):
+            self._replace_empty_table(session, rows.schema)
         settings = {USER_METADATA: json.dumps({"lakesync.operation": "tombstones"})}
         if new_work:
             settings |= {TXN_APP_ID: app_id, TXN_VERSION: str(batch_version)}
 
         def append() -> None:
             with session_settings(session, settings):
-                if exists:
-                    append_on_delta_spark(session, self.uri, rows)
-                    return
-                try:
-                    create_on_delta_spark(session, self.uri, rows, {})
-                except Exception:
-                    if self._open() is None:
-                        raise
-                    # another writer (the stream, a settlement) created the table meanwhile: append to it
-                    append_on_delta_spark(session, self.uri, rows)
+                append_or_create_on_delta_spark(session, self.uri, rows, exists=exists)
 
         run_on_delta_spark(append, f"recording {rows.num_rows} tombstone(s)", self.uri)
+
+    def _keys_need_a_new_table(self, given: pa.Schema) -> bool:
+        """Make the table take keys of the types ``given`` carries without a narrowing cast (an append casts to
+        the table's types, and a narrowing cast would overflow or, DECIMAL to INT, truncate a key: a lost
+        tombstone and a false one). A key type the rows carry wider (the target was widened, or re-loaded with a
+        wider key) is widened here too; a narrower one is cast up by the append. Any other change (a key re-loaded
+        as another type) needs a new table: True, allowed only while it holds no tombstone (a new load clears
+        them); otherwise refused."""
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        table = self._open()
+        assert table is not None
+        current = {field.name: field.type for field in delta_arrow_schema(table)}
+        wider: list[pa.Field] = []
+        other: list[pa.Field] = []
+        for name in self.key_columns:
+            have, new = current.get(name), given.field(name).type
+            same = have is not None and (from_arrow_type(have, prefer_timestamp_ntz=True)
+                                         == from_arrow_type(new, prefer_timestamp_ntz=True))
+            if have is None or same or widens(new, have):
+                continue
+            (wider if widens(have, new) else other).append(pa.field(name, new))
+        if other:
+            counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+            if any(count is None or count > 0 for count in counts):  # no statistics: not known to be empty
+                raise SinkError(f"{self.uri} holds tombstones whose key types differ from the table's now "
+                                f"({[str(field) for field in other]}); nothing was written",
+                                hint="delete the tombstone table's folder, then re-run the full load of this table")
+            return True
+        if wider:
+            self.widen_columns(wider)
+        return False
+
+    def _replace_empty_table(self, session: SparkSession, schema: pa.Schema) -> None:
+        """The empty tombstone table replaced by one of ``schema``'s types (one commit; app transactions kept)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        empty = session.createDataFrame([], from_arrow_schema(schema, prefer_timestamp_ntz=True))
+        run_on_delta_spark(lambda: empty.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                           .save(spark_path(self.uri)), "replacing the empty tombstone table", self.uri)
 
     def widen_columns(self, fields: list[pa.Field]) -> None:
         """Widen the key columns its target table widened (:func:`lakesync.sink.spark_writes.widening_clauses`),

@@ -35,6 +35,7 @@ change per key, an append log's positions already held (docs/sink.md). What this
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ from deltalake.exceptions import CommitFailedError
 from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETE_OP, OP, POS
 from lakesync.core.types.widening import widens
+from lakesync.jvm.log_store import CLASS_NAME as LOG_STORE_CLASS
 from lakesync.sink.delta import BatchCommit, DeltaSink
 from lakesync.sink.merge import quote
 from lakesync.sink.writer import ATTEMPT_KEY, commit_with_retry, delta_arrow_schema
@@ -107,11 +109,20 @@ def _column(alias: str, name: str) -> Column:
     return F.col(f"{alias}.{quote(name)}")
 
 
+def literal(value: object) -> Column:
+    """``value`` as a Spark literal of the value it is. A naive ``datetime`` (a DATETIME, TIMESTAMP_NTZ in Delta)
+    is a wall-clock value: PySpark's ``lit`` would read it in the driver process's local time zone and shift it
+    by that zone's offset, so it is given as UTC and cast to TIMESTAMP_NTZ in the UTC session (wall clock kept)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return F.lit(value.replace(tzinfo=dt.UTC)).cast("timestamp_ntz")
+    return F.lit(value)
+
+
 def merge_condition(changes: pa.Table, key_columns: list[str]) -> Column:
     """The MERGE's ON condition: key equality, and with a single-column key the batch's key range on the
     target (``t.k BETWEEN lo AND hi``, lo and hi as literal values) so Delta prunes files by their statistics."""
-    from pyspark.sql import functions as F
-
     condition = None
     for name in key_columns:
         equal = _column("t", name) == _column("s", name)
@@ -121,7 +132,7 @@ def merge_condition(changes: pa.Table, key_columns: list[str]) -> Column:
         bounds = pc.min_max(changes.column(key_columns[0]))
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low is not None and high is not None:
-            condition = condition & _column("t", key_columns[0]).between(F.lit(low), F.lit(high))
+            condition = condition & _column("t", key_columns[0]).between(literal(low), literal(high))
     return condition
 
 
@@ -228,8 +239,10 @@ def run_on_delta_spark(work: Callable[[], T], what: str, table_uri: str, *, hint
     except delta_conflicts():
         raise
     except Exception as exc:
-        raise SinkError(f"{what} of {table_uri} failed; nothing was committed: {spark_error_line(exc)}",
-                        hint=hint) from exc
+        said = spark_error_line(exc)
+        if LOG_STORE_CLASS in said:  # the session started without the jar: no JDK to build it
+            hint = "install a JDK (javac), then `lakesync jars fetch` builds lakesync's Delta LogStore for S3"
+        raise SinkError(f"{what} of {table_uri} failed; nothing was committed: {said}", hint=hint) from exc
 
 
 def make_writable(table: DeltaTable, table_uri: str, session: SparkSession) -> None:
@@ -365,16 +378,17 @@ class SparkDeltaSink(DeltaSink):
         and readers convert their values. Type widening is a reader-writer table feature: readers without it
         can't read the table afterwards (delta-rs 1.6 reads its log but not its rows, so lakesync's scans of
         it go through Spark: :mod:`lakesync.sink.table_scan`). A widened key column is widened in the tombstone
-        table too, whose keys must take the new values. Idempotent: a replayed DDL finds its columns widened."""
-        what = f"widening {[field.name for field in fields]}"
-        for clause in widening_clauses(self._open(), self.table_uri, fields):
-            self._evolve(self._alter(clause), what)
+        table too, first (a tombstone table wider than its target is harmless; a crash between the two leaves the
+        target to widen on the DDL's replay). Idempotent: a replayed DDL finds its columns widened."""
         widened_keys = [field for field in fields if field.name in self.key_columns]
         if widened_keys:
             try:
                 self.tombstones.widen_columns(widened_keys)
             except SinkError as exc:  # as the target's own steps: this table re-loads (or stops), no other
                 raise SchemaChangeError(exc.message, hint=exc.hint) from exc
+        what = f"widening {[field.name for field in fields]}"
+        for clause in widening_clauses(self._open(), self.table_uri, fields):
+            self._evolve(self._alter(clause), what)
 
     def fill_columns(self, values: dict[str, pa.Scalar], *, before_position: str) -> None:
         """delta-spark's UPDATE of the rows older than a DDL (see
@@ -391,7 +405,7 @@ class SparkDeltaSink(DeltaSink):
             with session_settings(session, metadata):
                 SparkDeltaTable.forPath(session, spark_path(self.table_uri)).update(
                     condition=F.col(quote(POS)) < F.lit(before_position),
-                    set={quote(name): F.lit(value.as_py()) for name, value in values.items()})
+                    set={quote(name): literal(value.as_py()) for name, value in values.items()})
 
         self._evolve(update, f"filling the added column(s) {sorted(values)}")
 
@@ -432,6 +446,23 @@ def append_on_delta_spark(session: SparkSession, table_uri: str, rows: pa.Table)
     (source.select(*[(F.col(quote(field.name)) if field.name in given else F.lit(None))
                      .cast(field.dataType).alias(field.name) for field in target.fields])
      .write.format("delta").mode("append").save(path))
+
+
+def append_or_create_on_delta_spark(session: SparkSession, table_uri: str, rows: pa.Table, *, exists: bool,
+                                    properties: dict[str, str] | None = None) -> None:
+    """Append ``rows``, or create the table with them when it does not exist yet; a create that finds the table
+    made meanwhile by another writer (a second stream run, a settlement, a concurrent ``validate``) appends."""
+    if exists:
+        append_on_delta_spark(session, table_uri, rows)
+        return
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    try:
+        create_on_delta_spark(session, table_uri, rows, properties or {})
+    except Exception:
+        if not SparkDeltaTable.isDeltaTable(session, spark_path(table_uri)):
+            raise
+        append_on_delta_spark(session, table_uri, rows)
 
 
 def create_on_delta_spark(session: SparkSession, table_uri: str, rows: pa.Table,

@@ -20,7 +20,7 @@ from deltalake.exceptions import DeltaError
 from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETED_MS, POS, TS
 from lakesync.sink.merge import quote
-from lakesync.sink.table_scan import scan_rows
+from lakesync.sink.table_scan import delta_rs_scans, scan_rows, spark_rows_with_keys
 
 
 def tombstone_uri(table_uri: str) -> str:
@@ -111,14 +111,17 @@ class TombstoneStore:
         if table is None or keys.num_rows == 0:
             return empty
         wanted = keys.select(self.key_columns)
-        found = [empty]
+        if not delta_rs_scans(table):  # a widened key: the semi-join runs in Spark
+            found = spark_rows_with_keys(table, self._storage_options, columns=columns, keys=wanted)
+            return pa.concat_tables([empty, found.cast(empty.schema)])
+        matches = [empty]
         try:
             for batch in scan_rows(table, self._storage_options, columns=columns):
                 chunk = pa.Table.from_batches([batch]).cast(empty.schema)
-                found.append(chunk.join(wanted, keys=self.key_columns, join_type="left semi"))
+                matches.append(chunk.join(wanted, keys=self.key_columns, join_type="left semi"))
         except DeltaError as exc:
             raise SinkError(f"could not read the tombstone table {self.uri}: {exc}") from exc
-        return pa.concat_tables(found)
+        return pa.concat_tables(matches)
 
     def widen_columns(self, fields: list[pa.Field]) -> None:
         """Widen key columns in place, as their target table's (only delta-spark can: see

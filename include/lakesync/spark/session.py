@@ -18,6 +18,7 @@ been given :func:`submit_conf` (jars and Delta's extension), which the Airflow o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -28,6 +29,8 @@ from pyspark.sql import SparkSession
 from lakesync.core.errors import LakesyncError
 from lakesync.jvm.fetch import ensure_jars
 from lakesync.jvm.log_store import log_store_conf, log_store_jar
+
+log = logging.getLogger(__name__)
 
 
 def _launcher_conf() -> dict[str, str]:
@@ -67,8 +70,15 @@ SPARK_DEFAULTS = {
 
 def spark_jars() -> list[str]:
     """The local paths of the ``spark`` jar set (fetched into the cache first if needed) and of lakesync's S3
-    LogStore (built into it first if needed)."""
-    return [*(str(path) for path in ensure_jars("spark")), str(log_store_jar())]
+    LogStore (built into it first if needed). Without a JDK to build the LogStore the session starts without it:
+    local tables are unaffected, and a Delta table on S3 then fails to open with the class named (lakesync's
+    errors add how to build it) rather than being written by a LogStore that can lose commits."""
+    jars = [str(path) for path in ensure_jars("spark")]
+    try:
+        jars.append(str(log_store_jar()))
+    except LakesyncError as exc:
+        log.warning("%s; Delta tables on S3 can't be read or written until it is built (%s)", exc.message, exc.hint)
+    return jars
 
 
 def submit_conf() -> dict[str, str]:

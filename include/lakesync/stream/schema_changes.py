@@ -213,7 +213,10 @@ def plan_schema_change(event: SchemaChangeEvent, current: pa.Schema, *, pipeline
         elif kind == "modify" and column in names:
             wanted = arrow_field(column_spec_from_ddl(column, change.get("type") or "")).type
             if wanted != current.field(column).type:
-                if widen_in_place and widens(current.field(column).type, wanted):
+                # to UNSIGNED: a non-strict sql_mode clamps negative values to 0 with no row events, so Delta's
+                # rows would keep values the source no longer has; that change re-loads
+                unsigned = "unsigned" in str(change.get("type") or "").lower()
+                if widen_in_place and not unsigned and widens(current.field(column).type, wanted):
                     action.widen.append(pa.field(column, wanted))
                 else:
                     stop = (f"column {column!r} changed type to {change.get('type')} ({wanted}), which the Delta "

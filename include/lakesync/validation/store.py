@@ -110,18 +110,15 @@ def _append_by_delta_spark(uri: str, storage: dict[str, str] | None, rows: pa.Ta
 
     from lakesync.sink.spark_writes import (
         USER_METADATA,
-        append_on_delta_spark,
-        create_on_delta_spark,
+        append_or_create_on_delta_spark,
         delta_spark_session,
         session_settings,
     )
 
     session = delta_spark_session(storage)
     with session_settings(session, {USER_METADATA: json.dumps(metadata, sort_keys=True)}):
-        if DeltaTable.is_deltatable(uri, storage_options=storage):
-            append_on_delta_spark(session, uri, rows)
-        else:
-            create_on_delta_spark(session, uri, rows, {})
+        append_or_create_on_delta_spark(session, uri, rows,
+                                        exists=DeltaTable.is_deltatable(uri, storage_options=storage))
 
 
 def read_runs(pipeline: Pipeline) -> pa.Table:
