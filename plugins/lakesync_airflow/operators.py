@@ -223,7 +223,8 @@ class MaintenanceOperator(BaseOperator):
     OPTIMIZE and VACUUM go through ``lakesync.sink.writer`` (commit-conflict retries; VACUUM keeps at least a
     week of removed files, so a running reader or the stream never loses a file it still needs); with
     ``delta.writer: delta_spark`` through ``lakesync.sink.spark_maintenance`` (delta-spark commits, deletion
-    vectors purged between OPTIMIZE and VACUUM)."""
+    vectors purged between OPTIMIZE and VACUUM). Each table's tombstone side table is then maintained the
+    same way (``lakesync.sink.maintenance``): the stream appends a small file to it per batch with deletes."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -234,7 +235,7 @@ class MaintenanceOperator(BaseOperator):
         from deltalake import DeltaTable
 
         from lakesync.full_load.state import LoadState
-        from lakesync.sink.tombstones import tombstone_store
+        from lakesync.sink.maintenance import maintain_with_tombstones
         from lakesync.source.schema import selected_tables
 
         hook = LakesyncHook(self.pipeline)
@@ -255,15 +256,14 @@ class MaintenanceOperator(BaseOperator):
             state = loaded.get(name)
             keys = pipeline.tables.settings_for(name).key_columns or (state.key_columns if state else None)
             try:
-                steps = self._maintain(pipeline.delta.writer, uri, list(keys) if keys else None, options)
+                steps = maintain_with_tombstones(pipeline.delta.writer, uri, key_columns=list(keys) if keys else None,
+                                                 retention_hours=self.vacuum_retention_hours,
+                                                 tombstones_before_ms=cutoff_ms, storage_options=options)
             except LakesyncError as exc:  # the other tables are still maintained; the task fails at the end
                 self.log.error("maintenance of %s failed: %s", name, exc)
                 failed[name] = exc
                 continue
-            purged = tombstone_store(uri, key_columns=[], storage_options=options,
-                                     writer=pipeline.delta.writer).purge(cutoff_ms)
-            report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(), **steps,
-                      "tombstones_purged": purged}
+            report = {"table": name, "version": DeltaTable(uri, storage_options=options).version(), **steps}
             self.log.info("%s", report)
             reports.append(report)
         if failed:
@@ -272,19 +272,3 @@ class MaintenanceOperator(BaseOperator):
                             f"({', '.join(failed)}); the others were maintained. First: {first.message}",
                             hint=first.hint)
         return reports
-
-    def _maintain(self, writer: str, uri: str, keys: list[str] | None, options: dict[str, str] | None
-                  ) -> dict[str, int]:
-        """OPTIMIZE and VACUUM by the pipeline's ``delta.writer``; delta-spark also purges deletion vectors
-        (lakesync.sink.spark_maintenance) in a Spark session of this task's process."""
-        if writer == "delta_spark":
-            from lakesync.sink.spark_maintenance import maintain_table
-
-            return maintain_table(uri, key_columns=keys, retention_hours=self.vacuum_retention_hours,
-                                  storage_options=options)
-        from lakesync.sink.writer import optimize, vacuum
-
-        compacted = optimize(uri, storage_options=options, z_order=keys)
-        vacuumed = vacuum(uri, retention_hours=self.vacuum_retention_hours, storage_options=options)
-        return {"files_added_by_optimize": compacted.get("numFilesAdded", 0),
-                "files_removed_by_optimize": compacted.get("numFilesRemoved", 0), "files_vacuumed": len(vacuumed)}
