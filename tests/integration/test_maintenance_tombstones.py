@@ -87,3 +87,33 @@ def test_maintenance_purges_then_compacts_the_tombstone_table_and_its_tombstones
     stale_key = max(kept)
     _apply(sink, [_change(stale_key, kept[stale_key] - 1, "u", "stale")], BATCHES)
     assert {r["id"]: r["name"] for r in read_delta_table(sink.table_uri).to_pylist()} == expected
+
+
+def test_a_delta_rs_tombstone_delete_that_loses_the_commit_race_is_retried(tmp_path, monkeypatch):
+    """Compacting a side table removes every file a concurrent delete (a purge, a full load's clear) planned
+    against; delta-rs then raises CommitFailedError, which must be retried on the table read again, not fail."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from lakesync.sink import DeltaSink
+    from lakesync.sink.tombstones import tombstone_store
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    sink = DeltaSink(str(tmp_path / "lake" / "accounts"), key_columns=["id"])
+    sink.write_snapshot([pa.record_batch([pa.array(range(10), pa.int64()), pa.array(["x"] * 10)], schema=schema)],
+                        schema=schema, position=SNAPSHOT, snapshot_ts_ms=1)
+    _apply(sink, [_change(1, 6000, "d", None), _change(2, 6001, "d", None)], 0)
+    real_delete, calls = DeltaTable.delete, []
+
+    def delete_losing_the_first_race(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise CommitFailedError("Commit failed: a concurrent transaction deleted the same data")
+        return real_delete(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "delete", delete_losing_the_first_race)
+    store = tombstone_store(sink.table_uri, key_columns=["id"], storage_options=None, writer="delta_rs")
+
+    assert store.purge(6001) == 1
+    assert len(calls) == 2
+    assert [row["id"] for row in read_delta_table(tombstone_uri(sink.table_uri)).to_pylist()] == [2]

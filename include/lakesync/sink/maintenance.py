@@ -6,8 +6,9 @@ deletes older than the cut-off are purged, and **the side table is maintained th
 batch with deletes appends one small file to it and every batch's tombstone lookup reads all of it, so without
 compaction its file count, and the lookup's cost, grows with the stream's age. It is compacted, not
 Z-ORDERed (it is read whole by the lookup's semi-join, never pruned by key), after the purge so that the
-compaction rewrites only the tombstones kept. Both the stream's appends and the maintenance commits are
-retried after a lost race, so running beside the stream fails neither.
+compaction rewrites only the tombstones kept. The stream's appends don't conflict with the compaction, and
+the deletes that do (a purge, a full load's clear) are retried after a lost race, as the maintenance commits
+are, so running beside the stream or a load fails neither.
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lakesync.core.errors import SchemaChangeError, SinkError
 from lakesync.core.table_layout import DELETED_MS, POS, TS
 from lakesync.sink.merge import quote
 from lakesync.sink.table_scan import delta_rs_scans, scan_rows, spark_rows_with_keys
+from lakesync.sink.writer import commit_with_retry
 
 
 def tombstone_uri(table_uri: str) -> str:
@@ -142,16 +143,27 @@ class TombstoneStore:
 
     def _delete(self, *, older_than_ms: int | None) -> int:
         """Delete the tombstones older than ``older_than_ms`` (all with None) by delta-rs; returns how many (0
-        when there is no tombstone table yet)."""
-        table = self._open()
-        if table is None:
+        when there is no tombstone table yet). A lost commit race is retried on the table read again: the
+        maintenance DAG compacts the side table, which removes every file a concurrent delete (a full load's
+        clear) planned against."""
+        if self._open() is None:
             return 0
         what = "clear the tombstones" if older_than_ms is None else "purge tombstones"
-        try:
-            metrics = table.delete(None if older_than_ms is None else f"{quote(DELETED_MS)} < {older_than_ms}")
-        except DeltaError as exc:
-            raise SinkError(f"could not {what} in {self.uri}: {exc}") from exc
-        return int(metrics.get("num_deleted_rows", 0))
+        predicate = None if older_than_ms is None else f"{quote(DELETED_MS)} < {int(older_than_ms)}"
+
+        def delete(attempt: int) -> int:
+            table = self._open()
+            if table is None:
+                return 0
+            try:
+                metrics = table.delete(predicate)
+            except CommitFailedError:
+                raise
+            except DeltaError as exc:
+                raise SinkError(f"could not {what} in {self.uri}: {exc}") from exc
+            return int(metrics.get("num_deleted_rows", 0))
+
+        return commit_with_retry(delete, what=what, table_uri=self.uri)
 
 
 def tombstone_store(table_uri: str, *, key_columns: list[str], storage_options: dict[str, str] | None,
