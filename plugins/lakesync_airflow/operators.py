@@ -224,7 +224,8 @@ class MaintenanceOperator(BaseOperator):
     week of removed files, so a running reader or the stream never loses a file it still needs); with
     ``delta.writer: delta_spark`` through ``lakesync.sink.spark_maintenance`` (delta-spark commits, deletion
     vectors purged between OPTIMIZE and VACUUM). Each table's tombstone side table is then maintained the
-    same way (``lakesync.sink.maintenance``): the stream appends a small file to it per batch with deletes."""
+    same way once it has 50 files (``lakesync.sink.maintenance``): the stream appends a small file to it per
+    batch with deletes."""
 
     def __init__(self, *, pipeline: str, vacuum_retention_hours: float = 168, **kwargs: Any) -> None:
         super().__init__(**kwargs)

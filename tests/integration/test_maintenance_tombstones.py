@@ -71,8 +71,13 @@ def test_maintenance_purges_then_compacts_the_tombstone_table_and_its_tombstones
     kept = {key: at for key, at in deletes.items() if at >= cutoff_ms}
     name = "delta_spark" if writer is SparkDeltaSink else "delta_rs"
 
+    below_the_threshold = maintain_with_tombstones(name, sink.table_uri, key_columns=["id"], retention_hours=168,
+                                                   tombstones_before_ms=0)  # purges nothing; 4 files < 50
+    assert below_the_threshold[TOMBSTONE_TABLE + "files"] == BATCHES
+    assert len(_live_files(side)) == BATCHES and not _engines(side, "OPTIMIZE")
+
     report = maintain_with_tombstones(name, sink.table_uri, key_columns=["id"], retention_hours=168,
-                                      tombstones_before_ms=cutoff_ms)
+                                      tombstones_before_ms=cutoff_ms, side_table_min_files=BATCHES // 2)
 
     assert report["tombstones_purged"] == BATCHES - len(kept)
     tombstones = read_delta_table(side).to_pylist()
