@@ -6,14 +6,15 @@ deletes older than the cut-off are purged, and **the side table is maintained th
 batch with deletes appends one small file to it and every batch's tombstone lookup reads all of it, so without
 compaction its file count, and the lookup's cost, grows with the stream's age. Once it holds
 :data:`SIDE_TABLE_MIN_FILES` files it is compacted, not Z-ORDERed (the lookup reads it whole, never pruned by
-key), after the purge so that the compaction rewrites only the tombstones kept. The stream's appends don't conflict with the compaction, and
-the deletes that do (a purge, a full load's clear) are retried after a lost race, as the maintenance commits
-are, so running beside the stream or a load fails neither.
+key), after the purge so that the compaction rewrites only the tombstones kept. The stream's appends don't
+conflict with the compaction, and the deletes that do (a purge, a full load's clear) are retried after a lost
+race, as the maintenance commits are, so running beside the stream or a load fails neither.
 """
 
 from __future__ import annotations
 
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from lakesync.sink.tombstones import tombstone_store, tombstone_uri
 
@@ -36,9 +37,11 @@ def maintain_with_tombstones(writer: str, table_uri: str, *, key_columns: list[s
     store = tombstone_store(table_uri, key_columns=[], storage_options=storage_options, writer=writer)
     report["tombstones_purged"] = store.purge(tombstones_before_ms)
     side = tombstone_uri(table_uri)
-    if not DeltaTable.is_deltatable(side, storage_options=storage_options):
+    try:  # one read of the side table's log, not a check and then an open
+        side_files = len(DeltaTable(side, storage_options=storage_options).file_uris())
+    except TableNotFoundError:
         return report
-    report[TOMBSTONE_TABLE + "files"] = len(DeltaTable(side, storage_options=storage_options).file_uris())
+    report[TOMBSTONE_TABLE + "files"] = side_files
     if report[TOMBSTONE_TABLE + "files"] >= side_table_min_files:
         side_steps = maintain(writer, side, key_columns=None, retention_hours=retention_hours,
                               storage_options=storage_options)
